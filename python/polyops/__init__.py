@@ -1,0 +1,139 @@
+"""polyops: one operator library for CPU, NVIDIA CUDA and Huawei Ascend tensors.
+
+Every operator is a plain function on torch tensors, e.g.
+``polyops.rms_norm(x, w, 1e-6)``. Each has numbered implementations per
+device; pick one per call with ``implementation_index=`` or let the selection
+policy choose (see :func:`set_default_implementation` and the
+``POLYOPS_IMPLEMENTATIONS`` environment variable). The op functions are the
+compiled bindings themselves: no Python frame sits between a call and the
+kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from polyops import _C
+
+if _C._torch_version != torch.__version__:
+    raise ImportError(
+        f"polyops was compiled against torch {_C._torch_version} but torch "
+        f"{torch.__version__} is installed; reinstall polyops "
+        "(pip install --no-build-isolation .) against this torch"
+    )
+
+# The operators, as generated from src/base/*.h.
+add = _C.add
+add_rms_norm = _C.add_rms_norm
+cast = _C.cast
+mul = _C.mul
+rms_norm = _C.rms_norm
+silu_and_mul = _C.silu_and_mul
+swiglu = _C.swiglu
+
+__version__ = "0.1.0"
+
+_DEVICE_AVAILABLE = {
+    "cpu": lambda: True,
+    "cuda": lambda: torch.cuda.is_available(),
+    "npu": lambda: hasattr(torch, "npu") and torch.npu.is_available(),
+}
+
+
+def devices() -> list[str]:
+    """The devices polyops was built for and that are usable now: "cpu", "cuda", "npu"."""
+    return [d for d in _C._built_devices if _DEVICE_AVAILABLE[d]()]
+
+
+def operators() -> list[str]:
+    """Every operator name, e.g. ``["add", "add_rms_norm", ...]``."""
+    return list(_C._operators)
+
+
+def implementations(op: str, device: str = "cpu") -> dict[int, str]:
+    """The implementation slots of `op` compiled in for `device`: ``{slot: name}``."""
+    return dict(_C._implementations(op, device))
+
+
+def default_implementation(op: str, device: str = "cpu") -> int | None:
+    """The slot a call with ``implementation_index=None`` runs (override or default)."""
+    return _C._default_implementation(op, device)
+
+
+def set_default_implementation(op: str, index: int | None, device: str | None = None) -> None:
+    """Make slot `index` the default of `op` on `device`; ``index=None`` restores the default.
+
+    With ``device=None`` the override applies to every built device that has
+    slot `index` (at least one must); an explicit device must have it.
+    Raises ValueError for an unknown op, device or slot.
+    """
+    if device is not None:
+        _C._set_default_implementation(op, index, device)
+        return
+    targets = _C._built_devices
+    if index is not None:
+        targets = [d for d in targets if index in _C._implementations(op, d)]
+        if not targets:
+            available = {d: _C._implementations(op, d) for d in _C._built_devices}
+            raise ValueError(
+                f"polyops.set_default_implementation: {op} has no "
+                f"implementation_index={index} on any built device; available: {available}"
+            )
+    for target in targets:
+        _C._set_default_implementation(op, index, target)
+
+
+def cache_info(op: str | None = None) -> dict[str, int]:
+    """Instance-cache counters: hits, misses, evictions, size, capacity.
+
+    For one op, or summed over all ops when `op` is None (``capacity`` is then
+    the per-op capacity).
+    """
+    return dict(_C._cache_info(op))
+
+
+def set_cache_capacity(n: int) -> None:
+    """Bound every op's instance cache to `n` >= 1 entries (default 256), evicting LRU."""
+    _C._set_cache_capacity(n)
+
+
+def clear_cache() -> None:
+    """Drop every cached operator instance and reset the counters."""
+    _C._clear_cache()
+
+
+def _apply_environment(spec: str) -> None:
+    """Apply ``POLYOPS_IMPLEMENTATIONS``: ``"rms_norm=1,add=0"`` (op=slot, comma separated)."""
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        op, sep, index = item.partition("=")
+        if not sep or not index.strip().lstrip("-").isdigit():
+            raise ValueError(
+                f"POLYOPS_IMPLEMENTATIONS: expected entries like 'rms_norm=1', got {item!r}"
+            )
+        try:
+            set_default_implementation(op.strip(), int(index))
+        except ValueError as error:
+            raise ValueError(f"POLYOPS_IMPLEMENTATIONS={spec!r}: {error}") from None
+
+
+_apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
+
+__all__ = [
+    "add",
+    "add_rms_norm",
+    "cache_info",
+    "cast",
+    "clear_cache",
+    "default_implementation",
+    "devices",
+    "implementations",
+    "mul",
+    "operators",
+    "rms_norm",
+    "set_cache_capacity",
+    "set_default_implementation",
+    "silu_and_mul",
+    "swiglu",
+]

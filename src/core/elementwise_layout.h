@@ -1,0 +1,83 @@
+#ifndef POLYOPS_CORE_ELEMENTWISE_LAYOUT_H_
+#define POLYOPS_CORE_ELEMENTWISE_LAYOUT_H_
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace polyops {
+
+// The iteration space of an elementwise op over K operands that share one
+// shape (broadcast operands carry stride 0), with size-1 dims dropped and
+// adjacent dims merged wherever every operand allows it. A contiguous call
+// collapses to one dim with unit strides; backends use that as the fast path.
+template <int K>
+struct ElementwiseLayout {
+  int ndim = 1;
+  int64_t shape[kMaxDims] = {1};
+  int64_t strides[K][kMaxDims] = {};
+  int64_t numel = 1;
+
+  bool IsContiguous1D() const {
+    if (ndim != 1) return false;
+    for (int k = 0; k < K; ++k) {
+      if (strides[k][0] != 1 && shape[0] > 1) return false;
+    }
+    return true;
+  }
+  int64_t inner() const { return shape[ndim - 1]; }
+  int64_t runs() const { return inner() == 0 ? 0 : numel / inner(); }
+
+  // Element offsets of every operand for the element at `linear` (row-major
+  // position in the iteration space).
+  void Offsets(int64_t linear, int64_t (&offsets)[K]) const {
+    for (int k = 0; k < K; ++k) offsets[k] = 0;
+    for (int d = ndim - 1; d >= 0 && linear > 0; --d) {
+      const int64_t index = linear % shape[d];
+      linear /= shape[d];
+      for (int k = 0; k < K; ++k) offsets[k] += index * strides[k][d];
+    }
+  }
+
+  static ElementwiseLayout Make(int ndim, const int64_t* shape,
+                                const int64_t* const (&operand_strides)[K]) {
+    ElementwiseLayout layout;
+    layout.numel = 1;
+    for (int d = 0; d < ndim; ++d) layout.numel *= shape[d];
+    if (layout.numel == 0) {
+      layout.shape[0] = 0;
+      return layout;
+    }
+    int out = 0;
+    for (int d = 0; d < ndim; ++d) {
+      if (shape[d] == 1) continue;
+      bool merge = out > 0;
+      for (int k = 0; k < K && merge; ++k) {
+        merge = layout.strides[k][out - 1] == operand_strides[k][d] * shape[d];
+      }
+      if (merge) {
+        layout.shape[out - 1] *= shape[d];
+        for (int k = 0; k < K; ++k) {
+          layout.strides[k][out - 1] = operand_strides[k][d];
+        }
+      } else {
+        layout.shape[out] = shape[d];
+        for (int k = 0; k < K; ++k) {
+          layout.strides[k][out] = operand_strides[k][d];
+        }
+        ++out;
+      }
+    }
+    if (out == 0) {  // a single element
+      layout.shape[0] = 1;
+      for (int k = 0; k < K; ++k) layout.strides[k][0] = 1;
+      out = 1;
+    }
+    layout.ndim = out;
+    return layout;
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CORE_ELEMENTWISE_LAYOUT_H_

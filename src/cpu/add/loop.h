@@ -1,0 +1,37 @@
+#ifndef POLYOPS_CPU_ADD_LOOP_H_
+#define POLYOPS_CPU_ADD_LOOP_H_
+
+#include "base/add.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/elementwise.h"
+
+namespace polyops {
+
+// Slot 0: one element at a time, one thread. The reference the faster slot
+// is checked against.
+template <>
+class Operator<Add, Device::Type::kCpu, 0> : public Add {
+ public:
+  static constexpr const char* kImplementationName = "loop";
+  using Add::Add;
+
+  void operator()(const Handle&, const Tensor& input, const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
+        dtype_, "polyops.add", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* y = out->data_as<T>();
+          const T* a = input.data_as<T>();
+          const T* b = other.data_as<T>();
+          cpu::ForEachElement(layout_, [&](const int64_t (&at)[3]) {
+            cpu::Store(y + at[0], cpu::WrappingAdd(cpu::Load(a + at[1]),
+                                                   cpu::Load(b + at[2])));
+          });
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_ADD_LOOP_H_

@@ -1,0 +1,42 @@
+#ifndef POLYOPS_CPU_ADD_OMP_H_
+#define POLYOPS_CPU_ADD_OMP_H_
+
+#include "base/add.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/elementwise.h"
+
+namespace polyops {
+
+// Slot 1: blocked, vectorized, OpenMP over blocks for large tensors.
+template <>
+class Operator<Add, Device::Type::kCpu, 1> : public Add {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using Add::Add;
+
+  void operator()(const Handle&, const Tensor& input, const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
+        dtype_, "polyops.add", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          using C = cpu::ComputeType<T>;
+          cpu::MapBlocks<T, 3>(
+              layout_, {out->data(), input.data(), other.data()}, {0, 0, 0},
+              /*parallel=*/true, [](C* y, const C* const* x, int64_t n) {
+                for (int64_t i = 0; i < n; ++i) {
+                  y[i] = cpu::WrappingAdd(x[0][i], x[1][i]);
+                }
+              });
+        });
+  }
+};
+
+template <>
+struct DefaultImplementation<Add, Device::Type::kCpu> {
+  static constexpr int kIndex = 1;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_ADD_OMP_H_

@@ -1,0 +1,81 @@
+#ifndef POLYOPS_CPU_CAST_LOOP_H_
+#define POLYOPS_CPU_CAST_LOOP_H_
+
+#include <cmath>
+#include <type_traits>
+
+#include "base/cast.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/elementwise.h"
+
+namespace polyops {
+namespace cpu {
+
+// Rounds to float with round-to-odd. A later round to nearest even into a
+// type of at most 22 mantissa bits (float16, bfloat16) then gives the same
+// result as one direct rounding, which a plain double -> float -> half
+// chain does not.
+inline float RoundToOddFloat(double value) {
+  float rounded = static_cast<float>(value);
+  if (std::isfinite(rounded) && static_cast<double>(rounded) != value) {
+    if (std::fabs(static_cast<double>(rounded)) > std::fabs(value)) {
+      rounded = std::nextafter(rounded, 0.0f);
+    }
+    rounded = BitsToFloat(FloatToBits(rounded) | 1u);
+  }
+  return rounded;
+}
+
+template <typename To, typename From>
+inline To ConvertValue(From value) {
+  if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return ConvertValue<To>(ToFloat(value));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return value != From{0};
+  } else if constexpr (std::is_same_v<To, Half> ||
+                       std::is_same_v<To, BFloat16>) {
+    float narrowed;
+    if constexpr (std::is_same_v<From, float>) {
+      narrowed = value;
+    } else {
+      narrowed = RoundToOddFloat(static_cast<double>(value));
+    }
+    if constexpr (std::is_same_v<To, Half>) {
+      return ToHalf(narrowed);
+    } else {
+      return ToBFloat16(narrowed);
+    }
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+}  // namespace cpu
+
+// Slot 0: element by element between any two of the ten dtypes.
+template <>
+class Operator<Cast, Device::Type::kCpu, 0> : public Cast {
+ public:
+  static constexpr const char* kImplementationName = "loop";
+  using Cast::Cast;
+
+  void operator()(const Handle&, const Tensor& input, DataType,
+                  const std::optional<Tensor>& out) const override {
+    DispatchDataType<POLYOPS_ALL_TYPES>(from_, "polyops.cast", [&](auto from) {
+      using From = typename decltype(from)::type;
+      DispatchDataType<POLYOPS_ALL_TYPES>(to_, "polyops.cast", [&](auto to) {
+        using To = typename decltype(to)::type;
+        To* y = out->data_as<To>();
+        const From* x = input.data_as<From>();
+        cpu::ForEachElement(layout_, [&](const int64_t (&at)[2]) {
+          y[at[0]] = cpu::ConvertValue<To>(x[at[1]]);
+        });
+      });
+    });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_CAST_LOOP_H_

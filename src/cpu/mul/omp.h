@@ -1,0 +1,37 @@
+#ifndef POLYOPS_CPU_MUL_OMP_H_
+#define POLYOPS_CPU_MUL_OMP_H_
+
+#include "base/mul.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/elementwise.h"
+
+namespace polyops {
+
+// Slot 0: blocked, vectorized, OpenMP over blocks for large tensors.
+template <>
+class Operator<Mul, Device::Type::kCpu, 0> : public Mul {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using Mul::Mul;
+
+  void operator()(const Handle&, const Tensor& input, const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
+        dtype_, "polyops.mul", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          using C = cpu::ComputeType<T>;
+          cpu::MapBlocks<T, 3>(
+              layout_, {out->data(), input.data(), other.data()}, {0, 0, 0},
+              /*parallel=*/true, [](C* y, const C* const* x, int64_t n) {
+                for (int64_t i = 0; i < n; ++i) {
+                  y[i] = cpu::WrappingMul(x[0][i], x[1][i]);
+                }
+              });
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_MUL_OMP_H_

@@ -1,0 +1,37 @@
+#ifndef POLYOPS_CPU_SILU_AND_MUL_OMP_H_
+#define POLYOPS_CPU_SILU_AND_MUL_OMP_H_
+
+#include "base/silu_and_mul.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/elementwise.h"
+#include "cpu/silu.h"
+
+namespace polyops {
+
+// Slot 0: blocked, OpenMP over blocks for large tensors.
+template <>
+class Operator<SiluAndMul, Device::Type::kCpu, 0> : public SiluAndMul {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using SiluAndMul::SiluAndMul;
+
+  void operator()(const Handle&, const Tensor& input,
+                  const std::optional<Tensor>& out) const override {
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.silu_and_mul", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cpu::MapBlocks<T, 3>(layout_,
+                               {out->data(), input.data(), input.data()},
+                               {0, 0, up_offset_}, /*parallel=*/true,
+                               [](float* y, const float* const* x, int64_t n) {
+                                 for (int64_t i = 0; i < n; ++i)
+                                   y[i] = cpu::Silu(x[0][i]) * x[1][i];
+                               });
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_SILU_AND_MUL_OMP_H_

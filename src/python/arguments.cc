@@ -1,0 +1,134 @@
+// Argument parsing for the generated METH_FASTCALL op functions.
+#include <string>
+
+#include "python/binding_support.h"
+
+namespace polyops::python {
+
+void InternNames(Signature& signature) {
+  for (int i = 0; i < signature.count; ++i) {
+    signature.interned[i] = PyUnicode_InternFromString(signature.names[i]);
+    if (!signature.interned[i]) throw py::error_already_set();
+  }
+}
+
+namespace {
+
+int FindKeyword(const Signature& signature, PyObject* keyword) {
+  // Keyword names in calls are interned by CPython: pointer equality almost
+  // always decides; the string compare covers names built at run time.
+  for (int i = 0; i < signature.count; ++i) {
+    if (signature.interned[i] == keyword) return i;
+  }
+  for (int i = 0; i < signature.count; ++i) {
+    if (PyUnicode_Compare(signature.interned[i], keyword) == 0) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void ParseArguments(const Signature& signature, PyObject* const* args,
+                    Py_ssize_t nargs, PyObject* kwnames, PyObject** values) {
+  if (nargs > signature.num_positional) {
+    throw ArgumentError(detail::Concat(
+        "polyops.", signature.op, "() takes at most ", signature.num_positional,
+        " positional argument(s) but ", nargs, " were given"));
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) values[i] = args[i];
+  if (!kwnames) return;
+  const Py_ssize_t num_keywords = PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < num_keywords; ++k) {
+    PyObject* keyword = PyTuple_GET_ITEM(kwnames, k);
+    const int index = FindKeyword(signature, keyword);
+    if (index < 0) {
+      throw ArgumentError(detail::Concat(
+          "polyops.", signature.op, "() got an unexpected keyword argument '",
+          PyUnicode_AsUTF8(keyword), "'"));
+    }
+    if (values[index]) {
+      throw ArgumentError(detail::Concat(
+          "polyops.", signature.op, "() got multiple values for argument '",
+          signature.names[index], "'"));
+    }
+    values[index] = args[nargs + k];
+  }
+}
+
+void ThrowWrongType(PyObject* value, const char* op, const char* name,
+                    const char* expected) {
+  throw ArgumentError(detail::Concat("polyops.", op, ": ", name, " must be ",
+                                     expected, ", got ",
+                                     Py_TYPE(value)->tp_name));
+}
+
+double ArgDouble(PyObject* value, const char* op, const char* name) {
+  if (PyFloat_CheckExact(value)) return PyFloat_AS_DOUBLE(value);
+  if (!PyFloat_Check(value) && !PyLong_Check(value) &&
+      !PyObject_HasAttrString(value, "__float__")) {
+    ThrowWrongType(value, op, name, "a float");
+  }
+  const double result = PyFloat_AsDouble(value);
+  if (result == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return result;
+}
+
+int64_t ArgInt(PyObject* value, const char* op, const char* name) {
+  if (PyFloat_Check(value) || !PyIndex_Check(value)) {
+    ThrowWrongType(value, op, name, "an int");
+  }
+  const long long result = PyLong_AsLongLong(value);
+  if (result == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw InvalidArgument(
+        detail::Concat("polyops.", op, ": ", name, " does not fit in int64"));
+  }
+  return result;
+}
+
+bool ArgBool(PyObject* value, const char* op, const char* name) {
+  if (PyBool_Check(value)) return value == Py_True;
+  ThrowWrongType(value, op, name, "a bool");
+}
+
+at::ScalarType ArgDtype(PyObject* value, const char* op, const char* name) {
+  if (!THPDtype_Check(value)) ThrowWrongType(value, op, name, "a torch.dtype");
+  return reinterpret_cast<THPDtype*>(value)->scalar_type;
+}
+
+std::vector<at::Tensor> ArgTensorList(PyObject* value, const char* op,
+                                      const char* name) {
+  if (!PyList_Check(value) && !PyTuple_Check(value)) {
+    ThrowWrongType(value, op, name, "a list or tuple of torch.Tensor");
+  }
+  const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+  PyObject** items = PySequence_Fast_ITEMS(value);
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(size);
+  for (Py_ssize_t i = 0; i < size; ++i) {
+    tensors.push_back(ArgTensor(items[i], op, name));
+  }
+  return tensors;
+}
+
+void SetPythonError() {
+  try {
+    throw;
+  } catch (py::error_already_set& error) {
+    error.restore();
+  } catch (const ArgumentError& error) {
+    PyErr_SetString(PyExc_TypeError, error.what());
+  } catch (const InvalidArgument& error) {
+    PyErr_SetString(PyExc_ValueError, error.what());
+  } catch (const NotImplemented& error) {
+    PyErr_SetString(PyExc_NotImplementedError, error.what());
+  } catch (const c10::Error& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "polyops: unknown C++ exception");
+  }
+}
+
+}  // namespace polyops::python

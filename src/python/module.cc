@@ -1,0 +1,146 @@
+// The polyops._C extension: the generated op functions plus the framework
+// functions that python/polyops wraps.
+#include <string>
+
+#include "python/binding_support.h"
+
+#ifndef POLYOPS_TORCH_VERSION
+#define POLYOPS_TORCH_VERSION "unknown"
+#endif
+
+namespace polyops::python {
+namespace {
+
+OpState& LookUpOp(const std::string& op, const char* caller) {
+  OpState* state = FindOpState(op);
+  if (!state) {
+    std::string known;
+    for (OpState* each : AllOpStates()) {
+      known += known.empty() ? "" : ", ";
+      known += each->name();
+    }
+    throw InvalidArgument(detail::Concat("polyops.", caller, ": unknown op '",
+                                         op, "'; known ops: ", known));
+  }
+  return *state;
+}
+
+Device::Type LookUpDevice(const std::string& device, const char* caller) {
+  const std::string type = device.substr(0, device.find(':'));
+  for (int i = 0; i < Device::kNumTypes; ++i) {
+    const auto candidate = static_cast<Device::Type>(i);
+    if (type == DeviceTypeName(candidate)) return candidate;
+  }
+  throw InvalidArgument(detail::Concat("polyops.", caller, ": unknown device '",
+                                       device,
+                                       "'; expected 'cpu', 'cuda' or 'npu'"));
+}
+
+py::dict InfoDict(const CacheInfo& info) {
+  py::dict result;
+  result["hits"] = info.hits;
+  result["misses"] = info.misses;
+  result["evictions"] = info.evictions;
+  result["size"] = info.size;
+  result["capacity"] = info.capacity;
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, module) {
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const InvalidArgument& error) {
+      PyErr_SetString(PyExc_ValueError, error.what());
+    } catch (const NotImplemented& error) {
+      PyErr_SetString(PyExc_NotImplementedError, error.what());
+    } catch (const BackendError& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+    } catch (const c10::Error& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what_without_backtrace());
+    }
+  });
+
+  BindOps(module);
+
+  module.def(
+      "_implementations",
+      [](const std::string& op, const std::string& device) {
+        const SlotTable& table =
+            LookUpOp(op, "implementations")
+                .Slots(LookUpDevice(device, "implementations"));
+        py::dict slots;
+        for (int i = 0; i < table.count; ++i) {
+          slots[py::int_(table.slots[i].index)] = table.slots[i].name;
+        }
+        return slots;
+      },
+      py::arg("op"), py::arg("device"));
+  module.def(
+      "_default_implementation",
+      [](const std::string& op, const std::string& device) -> py::object {
+        OpState& state = LookUpOp(op, "default_implementation");
+        const Device::Type type =
+            LookUpDevice(device, "default_implementation");
+        const int chosen = state.Override(type);
+        const int slot = chosen >= 0 ? chosen : state.Slots(type).default_index;
+        if (slot < 0) return py::none();
+        return py::int_(slot);
+      },
+      py::arg("op"), py::arg("device"));
+  module.def(
+      "_set_default_implementation",
+      [](const std::string& op, std::optional<int64_t> index,
+         const std::string& device) {
+        OpState& state = LookUpOp(op, "set_default_implementation");
+        const Device::Type type =
+            LookUpDevice(device, "set_default_implementation");
+        if (!index) {
+          state.SetOverride(type, -1);
+          return;
+        }
+        POLYOPS_CHECK(*index >= 0 && *index < kMaxImplementations &&
+                          state.Slots(type).Has(static_cast<int>(*index)),
+                      "polyops.set_default_implementation: ", op,
+                      " has no implementation_index=", *index, " on device '",
+                      DeviceTypeName(type),
+                      "'; available: ", state.DescribeSlots(type));
+        state.SetOverride(type, static_cast<int>(*index));
+      },
+      py::arg("op"), py::arg("index"), py::arg("device"));
+  module.def(
+      "_cache_info",
+      [](std::optional<std::string> op) {
+        if (op) return InfoDict(LookUpOp(*op, "cache_info").cache().Info());
+        CacheInfo total;
+        total.capacity = CacheCapacity();
+        for (OpState* state : AllOpStates()) {
+          const CacheInfo info = state->cache().Info();
+          total.hits += info.hits;
+          total.misses += info.misses;
+          total.evictions += info.evictions;
+          total.size += info.size;
+        }
+        return InfoDict(total);
+      },
+      py::arg("op") = py::none());
+  module.def("_set_cache_capacity", &SetCacheCapacity, py::arg("n"));
+  module.def("_clear_cache", [] {
+    for (OpState* state : AllOpStates()) state->cache().Clear();
+  });
+
+  py::list built;
+  built.append("cpu");
+#ifdef POLYOPS_WITH_CUDA
+  built.append("cuda");
+#endif
+#ifdef POLYOPS_WITH_ASCEND
+  built.append("npu");
+#endif
+  module.attr("_built_devices") = built;
+  module.attr("_torch_version") = POLYOPS_TORCH_VERSION;
+}
+
+}  // namespace polyops::python
