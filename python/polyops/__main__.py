@@ -96,7 +96,8 @@ def main() -> int:
     print("  " + "-" * (len(header) - 2))
     rows = self_check()
     for op, slot, name, dtype, error, ok in rows:
-        print(f"  {op:<14} {f'{slot} ({name})':<10} {dtype:<9} {error:>12.3e}  {'ok' if ok else 'FAIL'}")
+        verdict = "ok" if ok else "FAIL"
+        print(f"  {op:<14} {f'{slot} ({name})':<10} {dtype:<9} {error:>12.3e}  {verdict}")
     failed = sum(not ok for *_, ok in rows)
     print(f"\n{len(rows) - failed} passed, {failed} failed")
     return 1 if failed else 0
