@@ -51,6 +51,16 @@ bool HasF16c() {
 
 }  // namespace
 
+bool HasAvx2() {
+#ifdef POLYOPS_HAVE_F16C_PATH
+  static const bool has = __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("fma") && HasF16c();
+  return has;
+#else
+  return false;
+#endif
+}
+
 void HalfToFloat(const Half* src, float* dst, int64_t n) {
 #ifdef POLYOPS_HAVE_F16C_PATH
   if (HasF16c()) return HalfToFloatF16c(src, dst, n);

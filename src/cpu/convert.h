@@ -11,6 +11,10 @@
 
 #include "core/data_type.h"
 
+// Forces inlining, so helpers take the ISA of the kernel that calls them
+// (see POLYOPS_TARGET_AVX2 in cpu/row_kernels.h).
+#define POLYOPS_INLINE inline __attribute__((always_inline))
+
 namespace polyops::cpu {
 
 template <typename T>
@@ -30,7 +34,7 @@ using ComputeType = typename ComputeTypeOf<T>::type;
 
 // Scalar loads and stores through the compute type.
 template <typename T>
-inline ComputeType<T> Load(const T* ptr) {
+POLYOPS_INLINE ComputeType<T> Load(const T* ptr) {
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     return ToFloat(*ptr);
   } else {
@@ -39,7 +43,7 @@ inline ComputeType<T> Load(const T* ptr) {
 }
 
 template <typename T>
-inline void Store(T* ptr, ComputeType<T> value) {
+POLYOPS_INLINE void Store(T* ptr, ComputeType<T> value) {
   if constexpr (std::is_same_v<T, Half>) {
     *ptr = ToHalf(value);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
@@ -53,10 +57,13 @@ inline void Store(T* ptr, ComputeType<T> value) {
 void HalfToFloat(const Half* src, float* dst, int64_t n);
 void FloatToHalf(const float* src, Half* dst, int64_t n);
 
+// Whether the CPU runs AVX2 + FMA + F16C code (checked once).
+bool HasAvx2();
+
 // n elements from src (element stride `stride`) into dst, converted.
 template <typename T>
-inline void LoadBlock(const T* src, int64_t stride, ComputeType<T>* dst,
-                      int64_t n) {
+POLYOPS_INLINE void LoadBlock(const T* src, int64_t stride, ComputeType<T>* dst,
+                              int64_t n) {
   if (stride == 1) {
     if constexpr (std::is_same_v<T, Half>) {
       HalfToFloat(src, dst, n);
@@ -76,8 +83,8 @@ inline void LoadBlock(const T* src, int64_t stride, ComputeType<T>* dst,
 }
 
 template <typename T>
-inline void StoreBlock(const ComputeType<T>* src, T* dst, int64_t stride,
-                       int64_t n) {
+POLYOPS_INLINE void StoreBlock(const ComputeType<T>* src, T* dst,
+                               int64_t stride, int64_t n) {
   if (stride == 1) {
     if constexpr (std::is_same_v<T, Half>) {
       FloatToHalf(src, dst, n);

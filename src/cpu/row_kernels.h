@@ -4,6 +4,7 @@
 #define POLYOPS_CPU_ROW_KERNELS_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -12,10 +13,23 @@
 
 namespace polyops::cpu {
 
+// Kernels compiled twice: for the x86-64 baseline and for AVX2 + FMA + F16C,
+// chosen at run time by cpu::HasAvx2(), so the wheel runs on any x86-64.
+#if defined(__x86_64__)
+#define POLYOPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define POLYOPS_TARGET_AVX2
+#endif
+
+// Rows up to this long are staged whole as float on the stack (64 KiB), so
+// each element is converted once in and once out; longer rows fall back to
+// two blocked passes.
+inline constexpr int64_t kMaxStagedRow = 16384;
+
 // A float view of src[begin, begin + n): the data itself for float32,
 // else `buffer` filled by conversion.
 template <typename T>
-inline const float* StageIn(const T* src, float* buffer, int64_t n) {
+POLYOPS_INLINE const float* StageIn(const T* src, float* buffer, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     return src;
   } else {
@@ -24,10 +38,20 @@ inline const float* StageIn(const T* src, float* buffer, int64_t n) {
   }
 }
 
-inline float SumOfSquares(const float* x, int64_t n) {
+// Sixteen independent partial sums: one accumulator chain would make the
+// loop wait on add latency instead of memory.
+POLYOPS_INLINE float SumOfSquares(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      partial[lane] += x[i + lane] * x[i + lane];
+    }
+  }
   float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  for (; i < n; ++i) sum += x[i] * x[i];
+  for (int lane = 0; lane < kLanes; ++lane) sum += partial[lane];
   return sum;
 }
 
@@ -50,6 +74,55 @@ inline void ScaleRow(const T* x, const T* w, float scale, T* y,
     for (int64_t i = 0; i < n; ++i) ys[i] = xs[i] * scale * ws[i];
     if constexpr (!std::is_same_v<T, float>) StoreBlock(ys, y + begin, 1, n);
   }
+}
+
+// y = x * scale * w for a staged row: x and w are float views of the whole
+// row. bfloat16 is rounded in the same loop; float16 goes through `stage`
+// (may alias x) and the F16C block conversion.
+template <typename T>
+POLYOPS_INLINE void ScaleStagedRow(const float* x, const float* w, float scale,
+                                   T* y, float* stage, int64_t hidden) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t i = 0; i < hidden; ++i) y[i] = x[i] * scale * w[i];
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(y);
+    for (int64_t i = 0; i < hidden; ++i) {
+      const uint32_t value = FloatToBits(x[i] * scale * w[i]);
+      const uint32_t rounded = value + 0x7fffu + ((value >> 16) & 1u);
+      const bool is_nan = (value & 0x7fffffffu) > 0x7f800000u;
+      bits[i] = is_nan ? static_cast<uint16_t>((value >> 16) | 0x40u)
+                       : static_cast<uint16_t>(rounded >> 16);
+    }
+  } else {
+    for (int64_t i = 0; i < hidden; ++i) stage[i] = x[i] * scale * w[i];
+    StoreBlock(stage, y, 1, hidden);
+  }
+}
+
+// Normalizes one row that is staged whole as float (xs, weight ws):
+// y = xs / sqrt(mean(xs^2) + eps) * ws. rms_norm and add_rms_norm share it,
+// so add_rms_norm's y equals rms_norm(x_out) bit for bit.
+template <typename T>
+POLYOPS_INLINE void NormalizeStagedRow(const float* xs, const float* ws, T* y,
+                                       int64_t hidden, float eps,
+                                       float* stage) {
+  const float sum = SumOfSquares(xs, hidden);
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
+  ScaleStagedRow(xs, ws, scale, y, stage, hidden);
+}
+
+// The same for rows longer than kMaxStagedRow: two passes in kBlock pieces.
+template <typename T>
+inline void NormalizeBlockedRow(const T* x, const T* w, T* y, int64_t hidden,
+                                float eps) {
+  float buffer[kBlock];
+  float sum = 0.0f;
+  for (int64_t begin = 0; begin < hidden; begin += kBlock) {
+    const int64_t n = std::min(kBlock, hidden - begin);
+    sum += SumOfSquares(StageIn(x + begin, buffer, n), n);
+  }
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
+  ScaleRow(x, w, scale, y, hidden);
 }
 
 }  // namespace polyops::cpu

@@ -1,18 +1,58 @@
 #ifndef POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 
-#include <cmath>
-
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops {
+namespace cpu {
 
-// Slot 1: rows spread over OpenMP threads, each row in vectorized blocks:
-// pass 1 writes x = x1 + x2 and sums the squares of x as stored (rounded),
-// pass 2 scales x (cache-hot) into y.
+// Writes x = a + b in kBlock pieces and leaves x as stored (rounded to T)
+// in xs[0, hidden) as float, ready for NormalizeStagedRow.
+template <typename T>
+POLYOPS_INLINE void AddRow(const T* a, const T* b, T* x, float* xs,
+                           int64_t hidden) {
+  float a_buffer[kBlock], b_buffer[kBlock];
+  for (int64_t begin = 0; begin < hidden; begin += kBlock) {
+    const int64_t n = std::min(kBlock, hidden - begin);
+    const float* as = StageIn(a + begin, a_buffer, n);
+    const float* bs = StageIn(b + begin, b_buffer, n);
+    float* sum = xs + begin;
+    for (int64_t i = 0; i < n; ++i) sum[i] = as[i] + bs[i];
+    StoreBlock(sum, x + begin, 1, n);
+    if constexpr (!std::is_same_v<T, float>) LoadBlock(x + begin, 1, sum, n);
+  }
+}
+
+template <typename T>
+POLYOPS_INLINE void AddRmsNormRow(const T* a, const T* b, const float* w, T* x,
+                                  T* y, int64_t hidden, float eps,
+                                  float* stage) {
+  AddRow(a, b, x, stage, hidden);
+  NormalizeStagedRow(stage, w, y, hidden, eps, stage);
+}
+
+template <typename T>
+void AddRmsNormRowBase(const T* a, const T* b, const float* w, T* x, T* y,
+                       int64_t hidden, float eps, float* stage) {
+  AddRmsNormRow(a, b, w, x, y, hidden, eps, stage);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX2 void AddRmsNormRowAvx2(const T* a, const T* b,
+                                           const float* w, T* x, T* y,
+                                           int64_t hidden, float eps,
+                                           float* stage) {
+  AddRmsNormRow(a, b, w, x, y, hidden, eps, stage);
+}
+
+}  // namespace cpu
+
+// Slot 1: rows spread over OpenMP threads. Each row: x = x1 + x2 is stored
+// and kept (as stored) in a float stage, then normalized exactly as
+// rms_norm's slot 1 does.
 template <>
 class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
  public:
@@ -27,35 +67,39 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
         dtype_, "polyops.add_rms_norm", [&](auto tag) {
           using T = typename decltype(tag)::type;
           const T* g = gamma.data_as<T>();
-          const int64_t rows = rows_.numel;
+          T* y = y_out->data_as<T>();
+          T* x = x_out->data_as<T>();
+          const T* a = x1.data_as<T>();
+          const T* b = x2.data_as<T>();
           const int64_t hidden = hidden_;
           const float eps_f = static_cast<float>(eps);
-          cpu::ParallelFor(
-              rows, rows * hidden >= cpu::kParallelGrain, [&](int64_t row) {
-                int64_t at[4];
-                rows_.Offsets(row, at);
-                T* x = x_out->data_as<T>() + at[1];
-                const T* a = x1.data_as<T>() + at[2];
-                const T* b = x2.data_as<T>() + at[3];
-                float a_buffer[cpu::kBlock], b_buffer[cpu::kBlock];
-                float sum_buffer[cpu::kBlock];
-                float sum = 0.0f;
-                for (int64_t begin = 0; begin < hidden; begin += cpu::kBlock) {
-                  const int64_t n = std::min(cpu::kBlock, hidden - begin);
-                  const float* as = cpu::StageIn(a + begin, a_buffer, n);
-                  const float* bs = cpu::StageIn(b + begin, b_buffer, n);
-#pragma omp simd
-                  for (int64_t i = 0; i < n; ++i) sum_buffer[i] = as[i] + bs[i];
-                  cpu::StoreBlock(sum_buffer, x + begin, 1, n);
-                  // Square what was stored, so y matches rms_norm(x_out).
-                  sum += cpu::SumOfSquares(
-                      cpu::StageIn(x + begin, sum_buffer, n), n);
-                }
-                const float scale =
-                    1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps_f);
-                cpu::ScaleRow<T>(x, g, scale, y_out->data_as<T>() + at[0],
-                                 hidden);
-              });
+          const bool parallel = rows_.numel * hidden >= cpu::kParallelGrain;
+          if (hidden > cpu::kMaxStagedRow) {
+            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[4];
+              rows_.Offsets(row, at);
+              float unused[cpu::kBlock];
+              for (int64_t begin = 0; begin < hidden; begin += cpu::kBlock) {
+                const int64_t n = std::min(cpu::kBlock, hidden - begin);
+                cpu::AddRow(a + at[2] + begin, b + at[3] + begin,
+                            x + at[1] + begin, unused, n);
+              }
+              cpu::NormalizeBlockedRow<T>(x + at[1], g, y + at[0], hidden,
+                                          eps_f);
+            });
+            return;
+          }
+          float w_stage[cpu::kMaxStagedRow];  // converted once per call
+          const float* ws = cpu::StageIn(g, w_stage, hidden);
+          const auto row_kernel = cpu::HasAvx2() ? &cpu::AddRmsNormRowAvx2<T>
+                                                 : &cpu::AddRmsNormRowBase<T>;
+          cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+            int64_t at[4];
+            rows_.Offsets(row, at);
+            float stage[cpu::kMaxStagedRow];
+            row_kernel(a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
+                       eps_f, stage);
+          });
         });
   }
 };

@@ -2,6 +2,7 @@
 #define POLYOPS_CPU_CAST_LOOP_H_
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "base/cast.h"
@@ -27,6 +28,21 @@ inline float RoundToOddFloat(double value) {
   return rounded;
 }
 
+// The same for integers, straight from the integer: going through double
+// would round once already above 2^53.
+template <typename I>
+inline float RoundToOddFloat(I value, std::true_type /*integral*/) {
+  const bool negative = value < 0;
+  uint64_t magnitude = static_cast<uint64_t>(value);
+  if (negative) magnitude = ~magnitude + 1;
+  if (magnitude < (uint64_t{1} << 24)) return static_cast<float>(value);
+  const int shift = (64 - __builtin_clzll(magnitude)) - 24;
+  uint64_t kept = magnitude >> shift;
+  if (magnitude & ((uint64_t{1} << shift) - 1)) kept |= 1;  // sticky bit
+  const float result = std::ldexp(static_cast<float>(kept), shift);
+  return negative ? -result : result;
+}
+
 template <typename To, typename From>
 inline To ConvertValue(From value) {
   if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
@@ -38,6 +54,8 @@ inline To ConvertValue(From value) {
     float narrowed;
     if constexpr (std::is_same_v<From, float>) {
       narrowed = value;
+    } else if constexpr (std::is_integral_v<From>) {
+      narrowed = RoundToOddFloat(value, std::true_type{});
     } else {
       narrowed = RoundToOddFloat(static_cast<double>(value));
     }

@@ -1,18 +1,37 @@
 #ifndef POLYOPS_CPU_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_RMS_NORM_OMP_H_
 
-#include <cmath>
-
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops {
+namespace cpu {
 
-// Slot 1: rows spread over OpenMP threads, each row in vectorized blocks.
-// A row is read twice (sum of squares, then scale); the second read hits
-// cache for any realistic hidden size.
+template <typename T>
+POLYOPS_INLINE void RmsNormRow(const T* x, const float* w, T* y, int64_t hidden,
+                               float eps, float* stage) {
+  NormalizeStagedRow(StageIn(x, stage, hidden), w, y, hidden, eps, stage);
+}
+
+template <typename T>
+void RmsNormRowBase(const T* x, const float* w, T* y, int64_t hidden, float eps,
+                    float* stage) {
+  RmsNormRow(x, w, y, hidden, eps, stage);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX2 void RmsNormRowAvx2(const T* x, const float* w, T* y,
+                                        int64_t hidden, float eps,
+                                        float* stage) {
+  RmsNormRow(x, w, y, hidden, eps, stage);
+}
+
+}  // namespace cpu
+
+// Slot 1: rows spread over OpenMP threads; each row is staged as float once
+// (converted in once, out once), vectorized for AVX2 where the CPU has it.
 template <>
 class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
  public:
@@ -25,27 +44,29 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
         dtype_, "polyops.rms_norm", [&](auto tag) {
           using T = typename decltype(tag)::type;
           const T* w = weight.data_as<T>();
-          T* y_base = out->data_as<T>();
-          const T* x_base = input.data_as<T>();
-          const int64_t rows = rows_.numel;
+          T* y = out->data_as<T>();
+          const T* x = input.data_as<T>();
           const int64_t hidden = hidden_;
           const float eps_f = static_cast<float>(eps);
-          cpu::ParallelFor(
-              rows, rows * hidden >= cpu::kParallelGrain, [&](int64_t row) {
-                int64_t at[2];
-                rows_.Offsets(row, at);
-                const T* x = x_base + at[1];
-                float buffer[cpu::kBlock];
-                float sum = 0.0f;
-                for (int64_t begin = 0; begin < hidden; begin += cpu::kBlock) {
-                  const int64_t n = std::min(cpu::kBlock, hidden - begin);
-                  sum +=
-                      cpu::SumOfSquares(cpu::StageIn(x + begin, buffer, n), n);
-                }
-                const float scale =
-                    1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps_f);
-                cpu::ScaleRow(x, w, scale, y_base + at[0], hidden);
-              });
+          const bool parallel = rows_.numel * hidden >= cpu::kParallelGrain;
+          if (hidden > cpu::kMaxStagedRow) {
+            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[2];
+              rows_.Offsets(row, at);
+              cpu::NormalizeBlockedRow(x + at[1], w, y + at[0], hidden, eps_f);
+            });
+            return;
+          }
+          float w_stage[cpu::kMaxStagedRow];  // converted once per call
+          const float* ws = cpu::StageIn(w, w_stage, hidden);
+          const auto row_kernel = cpu::HasAvx2() ? &cpu::RmsNormRowAvx2<T>
+                                                 : &cpu::RmsNormRowBase<T>;
+          cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+            int64_t at[2];
+            rows_.Offsets(row, at);
+            float stage[cpu::kMaxStagedRow];
+            row_kernel(x + at[1], ws, y + at[0], hidden, eps_f, stage);
+          });
         });
   }
 };

@@ -1,0 +1,267 @@
+"""Host (dispatch) overhead of polyops calls on tiny CPU tensors, next to torch's.
+
+Measures microseconds per call, in one process, of
+
+* ``polyops.add(a, b, out=c)`` against ``torch.add(a, b, out=c)`` and
+  ``torch.ops.aten.add.out(a, b, out=c)``;
+* ``polyops.rms_norm(x, w, 1e-6, out=y)`` against
+  ``torch.nn.functional.rms_norm(x, (n,), w, 1e-6)`` (torch has no ``out=``
+  there, so its figure includes allocating the result);
+
+on float32 tensors of shape (1, 8) and (1, 64), where the arithmetic is
+negligible and the figure is the cost of getting from a Python call to the
+kernel and back. Each sample is a loop of many calls compiled straight into the
+timing loop (no lambda frame); samples of the candidates are interleaved and the
+median of the repeats is reported; ratios are the median of per-repeat ratios.
+
+Target (from the issue): polyops.add on tiny tensors <= 0.5 x torch.add(out=).
+A miss is reported as MISS in the table; the exit status stays 0.
+
+Usage::
+
+    python benchmarks/host_overhead.py            # full run, JSON to benchmarks/results/
+    python benchmarks/host_overhead.py --quick    # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import timeit
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from _common import (
+    Timing,
+    add_json_argument,
+    call_timer,
+    load_average,
+    measure,
+    paired_ratio,
+    positive_int,
+    print_table,
+    verdict,
+    write_json,
+)
+
+import polyops
+
+SHAPES: tuple[tuple[int, int], ...] = ((1, 8), (1, 64))
+EPS = 1e-6
+#: polyops.add / torch.add(out=) must be at most this on tiny tensors.
+ADD_TARGET = 0.5
+ADD_TARGET_REFERENCE = "torch.add(out=)"
+
+
+def _kwargs(implementation_index: int | None) -> dict[str, Any]:
+    return {} if implementation_index is None else {"implementation_index": implementation_index}
+
+
+def bench_add(
+    shape: tuple[int, int],
+    *,
+    repeats: int,
+    number: int | None,
+    target_s: float,
+    implementation_index: int | None = None,
+) -> dict[str, Timing]:
+    """Time polyops.add, torch.add and aten.add.out (all with ``out=``) on float32 `shape`."""
+    a = torch.randn(shape)
+    b = torch.randn(shape)
+    c = torch.empty(shape)
+    extra = _kwargs(implementation_index)
+    polyops.add(a, b, out=c, **extra)
+    torch.testing.assert_close(c, a + b)
+    return measure(
+        {
+            "polyops.add(out=)": call_timer(polyops.add, a, b, out=c, **extra),
+            "torch.add(out=)": call_timer(torch.add, a, b, out=c),
+            "aten.add.out": call_timer(torch.ops.aten.add.out, a, b, out=c),
+        },
+        repeats=repeats,
+        number=number,
+        target_s=target_s,
+    )
+
+
+def bench_rms_norm(
+    shape: tuple[int, int],
+    *,
+    repeats: int,
+    number: int | None,
+    target_s: float,
+    implementation_index: int | None = None,
+) -> dict[str, Timing]:
+    """Time polyops.rms_norm(out=) against torch.nn.functional.rms_norm on float32 `shape`."""
+    n = shape[-1]
+    x = torch.randn(shape)
+    w = torch.randn(n)
+    y = torch.empty(shape)
+    extra = _kwargs(implementation_index)
+    polyops.rms_norm(x, w, EPS, out=y, **extra)
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (n,), w, EPS))
+    return measure(
+        {
+            "polyops.rms_norm(out=)": call_timer(polyops.rms_norm, x, w, EPS, out=y, **extra),
+            "F.rms_norm": call_timer(torch.nn.functional.rms_norm, x, (n,), w, EPS),
+        },
+        repeats=repeats,
+        number=number,
+        target_s=target_s,
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Target: polyops.add <= 0.5 x torch.add(out=) on tiny tensors (PASS/MISS).",
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=None, help="samples per candidate (default 21)"
+    )
+    parser.add_argument(
+        "--number",
+        type=positive_int,
+        default=None,
+        help="calls per sample (default: calibrated to --sample-ms)",
+    )
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=None,
+        help="wanted duration of one sample when calibrating (default 20 ms)",
+    )
+    parser.add_argument(
+        "--implementation-index",
+        type=int,
+        default=None,
+        help="pin the polyops slot (default: the selection policy's choice)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke test: 5 repeats of ~5 ms samples"
+    )
+    add_json_argument(parser, __file__)
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 5 if args.quick else 21
+    if args.sample_ms is None:
+        args.sample_ms = 5.0 if args.quick else 20.0
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark, print the table, write the JSON; always returns 0."""
+    args = parse_args(argv)
+    target_s = args.sample_ms / 1e3
+    print(
+        f"polyops {polyops.__version__} | torch {torch.__version__} | "
+        f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
+        f"repeats {args.repeats} | "
+        f"sample ~{args.sample_ms:g} ms"
+    )
+    print()
+
+    groups: list[dict[str, Any]] = []
+    rows: list[list[str]] = []
+    for op, bench, candidate in (
+        ("add", bench_add, "polyops.add(out=)"),
+        ("rms_norm", bench_rms_norm, "polyops.rms_norm(out=)"),
+    ):
+        for shape in SHAPES:
+            timings = bench(
+                shape,
+                repeats=args.repeats,
+                number=args.number,
+                target_s=target_s,
+                implementation_index=args.implementation_index,
+            )
+            mine = timings[candidate]
+            comparisons = []
+            for name, ref in timings.items():
+                if name == candidate:
+                    continue
+                ratio = paired_ratio(mine, ref)
+                targeted = op == "add" and name == ADD_TARGET_REFERENCE
+                result = verdict(ratio <= ADD_TARGET) if targeted else "-"
+                rows.append(
+                    [
+                        op,
+                        "x".join(map(str, shape)),
+                        f"{mine.median * 1e6:.3f}",
+                        name,
+                        f"{ref.median * 1e6:.3f}",
+                        f"{ratio:.2f}x",
+                        f"<= {ADD_TARGET:g}x" if targeted else "-",
+                        result,
+                        f"{max(mine.spread, ref.spread) * 100:.0f}%",
+                    ]
+                )
+                comparisons.append(
+                    {
+                        "reference": name,
+                        "ratio": ratio,
+                        "ratio_of_medians": mine.median / ref.median,
+                        "target": ADD_TARGET if targeted else None,
+                        "result": result if targeted else None,
+                    }
+                )
+            groups.append(
+                {
+                    "op": op,
+                    "shape": list(shape),
+                    "dtype": "float32",
+                    "candidate": candidate,
+                    "timings": {name: t.as_dict() for name, t in timings.items()},
+                    "comparisons": comparisons,
+                }
+            )
+
+    print_table(
+        [
+            "op",
+            "shape",
+            "polyops us",
+            "reference",
+            "ref us",
+            "ratio",
+            "target",
+            "result",
+            "noise",
+        ],
+        rows,
+    )
+    loop = measure({"empty loop": timeit.Timer("pass")}, repeats=args.repeats, target_s=target_s)
+    loop_s = loop["empty loop"].median
+    print(
+        "us = median microseconds per call; ratio = median of per-repeat polyops/reference; "
+        "noise = larger IQR/median of the pair."
+    )
+    print(f"Timing-loop overhead (included in every figure): {loop_s * 1e9:.1f} ns per call.")
+    path = write_json(
+        args.json,
+        {
+            "benchmark": "host_overhead",
+            "settings": {
+                "repeats": args.repeats,
+                "number": args.number,
+                "sample_ms": args.sample_ms,
+                "implementation_index": args.implementation_index,
+                "quick": args.quick,
+            },
+            "target": {
+                "op": "add",
+                "reference": ADD_TARGET_REFERENCE,
+                "max_ratio": ADD_TARGET,
+            },
+            "groups": groups,
+            "loop_overhead_s": loop_s,
+        },
+    )
+    print(f"JSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
