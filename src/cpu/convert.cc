@@ -1,5 +1,8 @@
 #include "cpu/convert.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define POLYOPS_HAVE_F16C_PATH 1
@@ -51,10 +54,39 @@ bool HasF16c() {
 
 }  // namespace
 
+namespace {
+
+// POLYOPS_CPU_ISA=baseline|avx2 caps the kernels' ISA below what the CPU
+// has, so tests can run every variant on one machine.
+int IsaCap() {
+  static const int cap = [] {
+    const char* value = std::getenv("POLYOPS_CPU_ISA");
+    if (!value) return 2;
+    if (std::strcmp(value, "baseline") == 0) return 0;
+    if (std::strcmp(value, "avx2") == 0) return 1;
+    return 2;
+  }();
+  return cap;
+}
+
+}  // namespace
+
 bool HasAvx2() {
 #ifdef POLYOPS_HAVE_F16C_PATH
-  static const bool has = __builtin_cpu_supports("avx2") &&
+  static const bool has = IsaCap() >= 1 && __builtin_cpu_supports("avx2") &&
                           __builtin_cpu_supports("fma") && HasF16c();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool HasAvx512() {
+#ifdef POLYOPS_HAVE_F16C_PATH
+  static const bool has =
+      IsaCap() >= 2 && HasAvx2() && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return has;
 #else
   return false;

@@ -57,8 +57,10 @@ POLYOPS_INLINE void Store(T* ptr, ComputeType<T> value) {
 void HalfToFloat(const Half* src, float* dst, int64_t n);
 void FloatToHalf(const float* src, Half* dst, int64_t n);
 
-// Whether the CPU runs AVX2 + FMA + F16C code (checked once).
+// Whether the CPU runs AVX2 + FMA + F16C code, and AVX-512 (F, BW, VL,
+// DQ) on top (each checked once).
 bool HasAvx2();
+bool HasAvx512();
 
 // n elements from src (element stride `stride`) into dst, converted.
 template <typename T>

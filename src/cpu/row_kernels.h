@@ -13,13 +13,39 @@
 
 namespace polyops::cpu {
 
-// Kernels compiled twice: for the x86-64 baseline and for AVX2 + FMA + F16C,
-// chosen at run time by cpu::HasAvx2(), so the wheel runs on any x86-64.
+// Row kernels are compiled three times: for the x86-64 baseline, for AVX2 +
+// FMA + F16C and for AVX-512, chosen at run time (cpu::HasAvx2/HasAvx512),
+// so the wheel runs on any x86-64 and uses the widest vectors it finds.
 #if defined(__x86_64__)
 #define POLYOPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define POLYOPS_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #else
 #define POLYOPS_TARGET_AVX2
+#define POLYOPS_TARGET_AVX512
 #endif
+
+// Declares Name##Base, Name##Avx2 and Name##Avx512 (templates over T) that
+// all inline the kernel `Name`, and Name##ForCpu<T>() picking one.
+#define POLYOPS_ROW_KERNEL_VARIANTS(Name, Params, Args) \
+  template <typename T>                                 \
+  void Name##Base Params {                              \
+    Name Args;                                          \
+  }                                                     \
+  template <typename T>                                 \
+  POLYOPS_TARGET_AVX2 void Name##Avx2 Params {          \
+    Name Args;                                          \
+  }                                                     \
+  template <typename T>                                 \
+  POLYOPS_TARGET_AVX512 void Name##Avx512 Params {      \
+    Name Args;                                          \
+  }                                                     \
+  template <typename T>                                 \
+  auto Name##ForCpu() {                                 \
+    return HasAvx512() ? &Name##Avx512<T>               \
+           : HasAvx2() ? &Name##Avx2<T>                 \
+                       : &Name##Base<T>;                \
+  }
 
 // Rows up to this long are staged whole as float on the stack (64 KiB), so
 // each element is converted once in and once out; longer rows fall back to

@@ -34,19 +34,10 @@ POLYOPS_INLINE void AddRmsNormRow(const T* a, const T* b, const float* w, T* x,
   NormalizeStagedRow(stage, w, y, hidden, eps, stage);
 }
 
-template <typename T>
-void AddRmsNormRowBase(const T* a, const T* b, const float* w, T* x, T* y,
-                       int64_t hidden, float eps, float* stage) {
-  AddRmsNormRow(a, b, w, x, y, hidden, eps, stage);
-}
-
-template <typename T>
-POLYOPS_TARGET_AVX2 void AddRmsNormRowAvx2(const T* a, const T* b,
-                                           const float* w, T* x, T* y,
-                                           int64_t hidden, float eps,
-                                           float* stage) {
-  AddRmsNormRow(a, b, w, x, y, hidden, eps, stage);
-}
+POLYOPS_ROW_KERNEL_VARIANTS(AddRmsNormRow,
+                            (const T* a, const T* b, const float* w, T* x, T* y,
+                             int64_t hidden, float eps, float* stage),
+                            (a, b, w, x, y, hidden, eps, stage))
 
 }  // namespace cpu
 
@@ -91,8 +82,7 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(g, w_stage, hidden);
-          const auto row_kernel = cpu::HasAvx2() ? &cpu::AddRmsNormRowAvx2<T>
-                                                 : &cpu::AddRmsNormRowBase<T>;
+          const auto row_kernel = cpu::AddRmsNormRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[4];
             rows_.Offsets(row, at);

@@ -15,23 +15,16 @@ POLYOPS_INLINE void RmsNormRow(const T* x, const float* w, T* y, int64_t hidden,
   NormalizeStagedRow(StageIn(x, stage, hidden), w, y, hidden, eps, stage);
 }
 
-template <typename T>
-void RmsNormRowBase(const T* x, const float* w, T* y, int64_t hidden, float eps,
-                    float* stage) {
-  RmsNormRow(x, w, y, hidden, eps, stage);
-}
-
-template <typename T>
-POLYOPS_TARGET_AVX2 void RmsNormRowAvx2(const T* x, const float* w, T* y,
-                                        int64_t hidden, float eps,
-                                        float* stage) {
-  RmsNormRow(x, w, y, hidden, eps, stage);
-}
+POLYOPS_ROW_KERNEL_VARIANTS(RmsNormRow,
+                            (const T* x, const float* w, T* y, int64_t hidden,
+                             float eps, float* stage),
+                            (x, w, y, hidden, eps, stage))
 
 }  // namespace cpu
 
 // Slot 1: rows spread over OpenMP threads; each row is staged as float once
-// (converted in once, out once), vectorized for AVX2 where the CPU has it.
+// (converted in once, out once), vectorized for AVX2 / AVX-512 where the CPU
+// has them.
 template <>
 class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
  public:
@@ -59,8 +52,7 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(w, w_stage, hidden);
-          const auto row_kernel = cpu::HasAvx2() ? &cpu::RmsNormRowAvx2<T>
-                                                 : &cpu::RmsNormRowBase<T>;
+          const auto row_kernel = cpu::RmsNormRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[2];
             rows_.Offsets(row, at);

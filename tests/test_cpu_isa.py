@@ -1,0 +1,59 @@
+"""The row kernels exist in baseline, AVX2 and AVX-512 builds, chosen at run time.
+
+POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
+and must give the same bits as the others (the build does not contract
+multiply-adds, and every variant sums in the same order) and match float64.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+SCRIPT = r"""
+import sys, torch, polyops
+g = torch.Generator().manual_seed(7)
+out = {}
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    x = torch.randn(9, 4100, generator=g).to(dtype)
+    r = torch.randn(9, 4100, generator=g).to(dtype)
+    w = torch.randn(4100, generator=g).to(dtype)
+    out[f"rms_norm_{dtype}"] = polyops.rms_norm(x, w, 1e-6, implementation_index=1)
+    y, s = polyops.add_rms_norm(x, r, w, 1e-6, implementation_index=1)
+    out[f"add_rms_norm_{dtype}"] = y
+    out[f"residual_{dtype}"] = s
+torch.save(out, sys.argv[1])
+"""
+
+
+def _run(isa: str, path: str) -> dict[str, torch.Tensor]:
+    env = dict(os.environ, POLYOPS_CPU_ISA=isa)
+    subprocess.run([sys.executable, "-c", SCRIPT, path], env=env, check=True)
+    return torch.load(path)
+
+
+def test_isa_variants_agree_bit_for_bit(tmp_path):
+    results = {isa: _run(isa, str(tmp_path / f"{isa}.pt")) for isa in ("baseline", "avx2", "all")}
+    g = torch.Generator().manual_seed(7)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(9, 4100, generator=g).to(dtype).double()
+        r = torch.randn(9, 4100, generator=g).to(dtype).double()
+        w = torch.randn(4100, generator=g).to(dtype).double()
+        summed = (x + r).to(dtype).double()
+        expected = {
+            f"rms_norm_{dtype}": x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w,
+            f"add_rms_norm_{dtype}": summed
+            / torch.sqrt((summed * summed).mean(-1, keepdim=True) + 1e-6)
+            * w,
+            f"residual_{dtype}": summed,
+        }
+        tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+        for key, reference in expected.items():
+            baseline = results["baseline"][key]
+            for isa in ("avx2", "all"):
+                assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
+            error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
+            assert error <= tolerance, f"{key}: {error}"
