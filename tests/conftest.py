@@ -1,0 +1,267 @@
+"""Shared helpers for the polyops test suite.
+
+References are float64 torch computations written from the math; results are
+compared through :func:`assert_close` (tolerance from the single
+:data:`TOLERANCES` table) or :func:`assert_within_ulp` (bit-level distance in
+the result dtype).
+
+Threads: torch runs single-threaded in most tests, so that the float64
+references do not fight polyops' OpenMP threads for the cores (torch and
+polyops share one OpenMP runtime, whose thread count is per calling thread).
+Tests marked ``parallel`` -- the shapes above the kernels' parallel grain --
+run with at least two OpenMP threads, so the kernels' parallel paths run
+multi-threaded.
+
+The instance caches are deliberately *not* cleared between tests: the suite
+runs many shapes and data in one process with warm caches, since the cache
+keys on shapes, strides and dtypes but never on data, and a reused instance
+must still compute the right answer for new data.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import polyops
+
+F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+I8, I16, I32, I64, U8 = torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8
+
+# The three dtypes of the float-only ops (rms_norm, silu_and_mul, ...).
+FLOAT_DTYPES = [F16, BF16, F32]
+INT_DTYPES = [I8, I16, I32, I64, U8]
+# add / mul: everything but bool.
+ARITH_DTYPES = [F16, BF16, F32, F64, *INT_DTYPES]
+# cast: the ten dtypes polyops handles.
+ALL_DTYPES = [torch.bool, *ARITH_DTYPES]
+
+# Tolerances against a float64 reference: |actual - expected| <= atol + rtol * |expected|.
+# They cover the final rounding to the dtype (half an ulp: 2**-11 for float16,
+# 2**-8 for bfloat16, 2**-24 for float32) plus float32 accumulation error of
+# the kernels that compute in float32 (rms_norm sums up to ~4096 squares).
+TOLERANCES = {
+    F16: {"rtol": 2e-3, "atol": 1e-5},
+    BF16: {"rtol": 1.6e-2, "atol": 1e-5},
+    F32: {"rtol": 1e-5, "atol": 1e-6},
+    F64: {"rtol": 1e-12, "atol": 1e-12},
+}
+
+# Bits of the same-width signed integer, for ulp distances.
+_BITS_VIEW = {F16: torch.int16, BF16: torch.int16, F32: torch.int32, F64: torch.int64}
+
+
+def parallel_param(*values, id=None):
+    """A pytest.param large enough for the kernels' parallel paths (marked ``parallel``)."""
+    return pytest.param(*values, id=id, marks=pytest.mark.parallel)
+
+
+def dtype_id(dtype: torch.dtype) -> str:
+    """Readable pytest ids: 'float16' instead of 'dtype0'."""
+    return str(dtype).removeprefix("torch.")
+
+
+def slot_params(op: str) -> list:
+    """pytest params for every CPU slot of `op`, with the slot name in the id."""
+    return [
+        pytest.param(slot, id=f"{slot}-{name}")
+        for slot, name in sorted(polyops.implementations(op, "cpu").items())
+    ]
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, msg: str = ""):
+    """`actual` (of `dtype`) against a float64 reference, with the table tolerance.
+
+    NaNs must sit at the same positions; infinities must match exactly.
+    """
+    assert actual.dtype == dtype, f"result dtype {actual.dtype}, expected {dtype}"
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected)}"
+    torch.testing.assert_close(
+        actual.double(),
+        expected.double(),
+        equal_nan=True,
+        msg=(lambda m: f"{msg}\n{m}") if msg else None,
+        **TOLERANCES[dtype],
+    )
+
+
+def ordered_bits(tensor: torch.Tensor) -> torch.Tensor:
+    """Float bits mapped to int64 so that adjacent floats differ by exactly 1."""
+    bits = tensor.contiguous().view(_BITS_VIEW[tensor.dtype]).long()
+    width = tensor.element_size() * 8
+    magnitude = bits & ((1 << (width - 1)) - 1)
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def assert_within_ulp(actual: torch.Tensor, expected: torch.Tensor, max_ulp: int = 1, msg=""):
+    """Floats of one dtype no more than `max_ulp` representable values apart (NaN == NaN)."""
+    assert actual.dtype == expected.dtype, f"{actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{tuple(actual.shape)} != {tuple(expected.shape)}"
+    if actual.numel() == 0:
+        return
+    nan_a, nan_e = torch.isnan(actual), torch.isnan(expected)
+    assert torch.equal(nan_a, nan_e), f"{msg} NaN positions differ"
+    distance = (ordered_bits(actual) - ordered_bits(expected)).abs()
+    distance = torch.where(nan_e, torch.zeros_like(distance), distance)
+    worst = int(distance.max())
+    if worst > max_ulp:
+        index = int(distance.flatten().argmax())
+        raise AssertionError(
+            f"{msg} {worst} ulp apart (allowed {max_ulp}) at flat index {index}: "
+            f"got {actual.flatten()[index].item()!r}, "
+            f"expected {expected.flatten()[index].item()!r}"
+        )
+
+
+def assert_equal(actual: torch.Tensor, expected: torch.Tensor, msg: str = ""):
+    """Bitwise-exact equality of values, dtype and shape (NaN == NaN)."""
+    assert actual.dtype == expected.dtype, f"{msg} dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{msg} {tuple(actual.shape)} != {expected.shape}"
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True, msg=msg or None)
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+
+
+def make_tensor(shape, dtype, gen, *, scale=1.0, low=None, high=None) -> torch.Tensor:
+    """A random contiguous tensor: normal * scale for floats, full range for integers."""
+    shape = tuple(shape)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=gen, dtype=F64) * scale).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    info = torch.iinfo(dtype)
+    low = info.min if low is None else low
+    high = info.max if high is None else high
+    if dtype == I64 and low == info.min and high == info.max:
+        # randint's exclusive upper bound cannot exceed int64: draw 64 random bits.
+        hi = torch.randint(-(2**31), 2**31, shape, generator=gen, dtype=I64)
+        lo = torch.randint(0, 2**32, shape, generator=gen, dtype=I64)
+        return (hi << 32) | lo
+    return torch.randint(low, high + 1, shape, generator=gen, dtype=I64).to(dtype)
+
+
+def transposed(tensor: torch.Tensor) -> torch.Tensor:
+    """Same shape and values, all strides reversed (column-major storage)."""
+    dims = list(range(tensor.dim()))[::-1]
+    base = torch.empty([tensor.shape[d] for d in dims], dtype=tensor.dtype)
+    view = base.permute(dims)
+    view.copy_(tensor)
+    assert tensor.dim() < 2 or min(tensor.shape) <= 1 or not view.is_contiguous()
+    return view
+
+
+def step_sliced(tensor: torch.Tensor, step: int = 2, fill=None) -> torch.Tensor:
+    """Same shape and values, stored every `step`-th element of a wider buffer (last dim).
+
+    The gaps hold `fill` (default: a sentinel) so that a kernel reading or
+    writing them shows up.
+    """
+    if tensor.dim() == 0:
+        return tensor.clone()
+    shape = list(tensor.shape)
+    wide = shape[:-1] + [shape[-1] * step]
+    base = torch.full(wide, sentinel(tensor.dtype) if fill is None else fill, dtype=tensor.dtype)
+    view = base[..., ::step]
+    view.copy_(tensor)
+    return view
+
+
+def row_strided(tensor: torch.Tensor, extra: int = 3, fill=None) -> torch.Tensor:
+    """Same shape and values, rows padded: a slice ``big[..., :hidden]`` of a wider buffer."""
+    shape = list(tensor.shape)
+    base = torch.full(
+        shape[:-1] + [shape[-1] + extra],
+        sentinel(tensor.dtype) if fill is None else fill,
+        dtype=tensor.dtype,
+    )
+    view = base[..., : shape[-1]]
+    view.copy_(tensor)
+    return view
+
+
+def step_gaps(view: torch.Tensor) -> torch.Tensor:
+    """The filler elements between the elements of a :func:`step_sliced` (step 2) view."""
+    return view.as_strided((view.numel(),), (2,), view.storage_offset() + 1)
+
+
+def expanded(tensor: torch.Tensor, shape) -> torch.Tensor:
+    """A stride-0 broadcast view of `tensor` with `shape`."""
+    return tensor.expand(*shape)
+
+
+def sentinel(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return True
+    if dtype.is_floating_point:
+        return 777.0 if dtype != BF16 else 768.0
+    return 77
+
+
+def empty_like_strided(shape, dtype, kind: str) -> torch.Tensor:
+    """An uninitialized output of `shape` stored as `kind`: contiguous/transposed/step."""
+    filler = torch.zeros(shape, dtype=dtype)
+    if kind == "contiguous":
+        return filler
+    if kind == "transposed":
+        return transposed(filler)
+    if kind == "step":
+        return step_sliced(filler)
+    raise ValueError(kind)
+
+
+NONCONTIG_LAYOUTS = {
+    "contiguous": lambda t: t.clone(),
+    "transposed": transposed,
+    "step": step_sliced,
+}
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+
+PARALLEL_THREADS = max(2, torch.get_num_threads())
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "parallel: run with >= 2 OpenMP threads (the kernels' parallel paths)"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _openmp_threads(request):
+    """One torch/OpenMP thread, or PARALLEL_THREADS for tests marked ``parallel``."""
+    parallel = request.node.get_closest_marker("parallel") is not None
+    torch.set_num_threads(PARALLEL_THREADS if parallel else 1)
+    yield
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A freshly seeded generator per test: every test sees the same data every run."""
+    return torch.Generator().manual_seed(20240531)
+
+
+@pytest.fixture
+def cache_capacity():
+    """Lets a test change the per-op cache capacity; restores the default 256 afterwards."""
+    try:
+        yield polyops.set_cache_capacity
+    finally:
+        polyops.set_cache_capacity(256)
+
+
+@pytest.fixture
+def default_slot_reset():
+    """Starts a test from the build's default slots (no overrides, whatever
+    POLYOPS_IMPLEMENTATIONS said) and puts the previous choices back afterwards."""
+    saved = {op: polyops.default_implementation(op) for op in polyops.operators()}
+    for op in saved:
+        polyops.set_default_implementation(op, None)
+    try:
+        yield
+    finally:
+        for op, slot in saved.items():
+            polyops.set_default_implementation(op, slot, device="cpu")
