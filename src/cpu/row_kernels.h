@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "cpu/convert.h"
 #include "cpu/elementwise.h"
@@ -123,6 +128,32 @@ POLYOPS_INLINE void ScaleStagedRow(const float* x, const float* w, float scale,
     for (int64_t i = 0; i < hidden; ++i) stage[i] = x[i] * scale * w[i];
     StoreBlock(stage, y, 1, hidden);
   }
+}
+
+// Outputs at least this large bypass the cache (StreamStore): they cannot
+// stay cached for the next op anyway, and streaming them avoids reading
+// every output line from memory before overwriting it.
+inline constexpr int64_t kStreamingBytes = int64_t{16} << 20;
+
+// memcpy with non-temporal 16-byte stores (SSE2, so every x86-64 has them),
+// fenced so the data is visible to other threads once this returns.
+POLYOPS_INLINE void StreamStore(void* dst, const void* src, int64_t bytes) {
+#if defined(__x86_64__)
+  char* out = static_cast<char*>(dst);
+  const char* in = static_cast<const char*>(src);
+  const int64_t head =
+      std::min<int64_t>(bytes, (-reinterpret_cast<uintptr_t>(out)) & 15);
+  std::memcpy(out, in, head);
+  out += head, in += head, bytes -= head;
+  for (; bytes >= 16; bytes -= 16, out += 16, in += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+  }
+  std::memcpy(out, in, bytes);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
 }
 
 // Normalizes one row that is staged whole as float (xs, weight ws):

@@ -9,16 +9,19 @@
 namespace polyops {
 namespace cpu {
 
+// `y_stage`, when given, receives the row first and is then streamed to y.
 template <typename T>
 POLYOPS_INLINE void RmsNormRow(const T* x, const float* w, T* y, int64_t hidden,
-                               float eps, float* stage) {
-  NormalizeStagedRow(StageIn(x, stage, hidden), w, y, hidden, eps, stage);
+                               float eps, float* stage, T* y_stage) {
+  NormalizeStagedRow(StageIn(x, stage, hidden), w, y_stage ? y_stage : y,
+                     hidden, eps, stage);
+  if (y_stage) StreamStore(y, y_stage, hidden * sizeof(T));
 }
 
 POLYOPS_ROW_KERNEL_VARIANTS(RmsNormRow,
                             (const T* x, const float* w, T* y, int64_t hidden,
-                             float eps, float* stage),
-                            (x, w, y, hidden, eps, stage))
+                             float eps, float* stage, T* y_stage),
+                            (x, w, y, hidden, eps, stage, y_stage))
 
 }  // namespace cpu
 
@@ -53,11 +56,15 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(w, w_stage, hidden);
           const auto row_kernel = cpu::RmsNormRowForCpu<T>();
+          const bool stream =
+              rows_.numel * hidden * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[2];
             rows_.Offsets(row, at);
             float stage[cpu::kMaxStagedRow];
-            row_kernel(x + at[1], ws, y + at[0], hidden, eps_f, stage);
+            T y_stage[cpu::kMaxStagedRow];
+            row_kernel(x + at[1], ws, y + at[0], hidden, eps_f, stage,
+                       stream ? y_stage : nullptr);
           });
         });
   }
