@@ -151,12 +151,14 @@ PY_TYPES = {
     "DataType": "ToDataType(ArgDtype({v}, {op}, {name}), {op}, {name})",
     "std::optional<double>": "ArgDouble({v}, {op}, {name})",
     "std::optional<int64_t>": "ArgInt({v}, {op}, {name})",
+    "ScalarOrTensor": "ArgScalarOrTensor({v}, {op}, {name})",
 }
 
 CPP_ARG_TYPES = {
     "Tensor": "const Tensor&",
     "std::optional<Tensor>": "const std::optional<Tensor>&",
     "std::vector<Tensor>": "const std::vector<Tensor>&",
+    "ScalarOrTensor": "const ScalarOrTensor&",
 }
 
 
@@ -289,6 +291,18 @@ def _emit_input(spec: OpSpec, index: int, param: Param) -> list[str]:
     return [f"    const {param.cpp_type} {param.name} = {converted};"]
 
 
+def _alias_index(spec: OpSpec, output: Param) -> int:
+    """The input an output without a Default<Out> allocator aliases: `x_out` -> `x`."""
+    names = [p.name for p in spec.params]
+    base = output.name.removesuffix("_out")
+    if output.name == "out" or base not in names:
+        raise SystemExit(
+            f"{spec.header}: output '{output.name}' has neither Default{_camel(output.name)}() "
+            f"nor an input '{base}' to default to (in place)"
+        )
+    return names.index(base)
+
+
 def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]:
     cls, op, name = spec.class_name, f'"{spec.name}"', f'"{param.name}"'
     camel = _camel(param.name)
@@ -349,7 +363,7 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    auto make = [&](Device::Type type, int slot) -> std::shared_ptr<{cls}> {{",
     ]
     for param in spec.params:
-        if param.is_tensor or param.cpp_type == "std::vector<Tensor>":
+        if param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
             lines.append(f'      CheckDevice({param.name}, device, {op}, "{param.name}");')
     lines.append("      switch (type) {")
     for device in devices:
@@ -367,7 +381,13 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         "    const Handle handle = MakeHandle(device, stream);",
         f"    RunKernel(WorthReleasingGil({first.name}), [&] {{ (*instance)(handle, {args}); }});",
     ]
-    returns = [f"ReturnTensor({p.name}_given, {p.name}_allocated)" for p in spec.outputs]
+    returns = []
+    for param in spec.outputs:
+        if _camel(param.name) in spec.defaults:
+            returns.append(f"ReturnTensor({param.name}_given, {param.name}_allocated)")
+        else:  # in place: an omitted `x_out` is the input `x`
+            alias = _alias_index(spec, param)
+            returns.append(f"ReturnAlias({param.name}_given, Given(values[{alias}]))")
     if len(returns) == 1:
         lines.append(f"    return {returns[0]};")
     elif returns:

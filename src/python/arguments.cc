@@ -111,6 +111,17 @@ std::vector<at::Tensor> ArgTensorList(PyObject* value, const char* op,
   return tensors;
 }
 
+ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
+                                 const char* name) {
+  ScalarOrTensor result;
+  if (THPVariable_Check(value)) {
+    result.tensor = ToView(THPVariable_Unpack(value), op, name);
+  } else {
+    result.scalar = ArgDouble(value, op, name);
+  }
+  return result;
+}
+
 void SetPythonError() {
   try {
     throw;

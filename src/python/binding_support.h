@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/handle.h"
 #include "core/operator.h"
+#include "core/scalar_or_tensor.h"
 #include "core/tensor.h"
 
 namespace polyops::python {
@@ -164,6 +165,11 @@ inline void CheckDevice(const std::optional<Tensor>& tensor, Device device,
   if (tensor) CheckDevice(*tensor, device, op, name);
 }
 
+inline void CheckDevice(const ScalarOrTensor& value, Device device,
+                        const char* op, const char* name) {
+  if (value.tensor) CheckDevice(*value.tensor, device, op, name);
+}
+
 inline void CheckDevice(const std::vector<Tensor>& tensors, Device device,
                         const char* op, const char* name) {
   for (const Tensor& tensor : tensors) CheckDevice(tensor, device, op, name);
@@ -258,6 +264,18 @@ bool ArgBool(PyObject* value, const char* op, const char* name);
 at::ScalarType ArgDtype(PyObject* value, const char* op, const char* name);
 std::vector<at::Tensor> ArgTensorList(PyObject* value, const char* op,
                                       const char* name);
+
+// A number, or a tensor of per-row values.
+ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
+                                 const char* name);
+
+// An output that defaults to an input (in place): the caller's output if
+// given, else that input's object (None stays None).
+inline PyObject* ReturnAlias(PyObject* given, PyObject* input) {
+  PyObject* result = given ? given : (input ? input : Py_None);
+  Py_INCREF(result);
+  return result;
+}
 
 // A tensor the caller passed is returned as the same Python object; one
 // polyops allocated is wrapped.
