@@ -363,7 +363,11 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    auto make = [&](Device::Type type, int slot) -> std::shared_ptr<{cls}> {{",
     ]
     for param in spec.params:
-        if param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
+        if param.name.endswith("_host"):
+            # Host mirrors of device tensors (e.g. paged_attention's seq_lens_host) live on
+            # the CPU whatever the op's device: that is their purpose.
+            lines.append(f'      CheckOnHost({param.name}, {op}, "{param.name}");')
+        elif param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
             lines.append(f'      CheckDevice({param.name}, device, {op}, "{param.name}");')
     lines.append("      switch (type) {")
     for device in devices:
