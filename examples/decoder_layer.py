@@ -1,0 +1,281 @@
+"""A Llama-style decoder layer driven entirely through polyops, checked against plain torch.
+
+Prefill of a varlen batch:
+    rms_norm -> linear (qkv) -> rotary_embedding -> reshape_and_cache -> flash_attention
+    -> linear (o) -> add_rms_norm -> linear (gate_up) -> silu_and_mul -> linear (down)
+then several decode steps with paged_attention over the cache, and topk_topp_sampling on
+the final logits. The same layer runs in plain torch (float32 math from the same weights);
+every stage's largest error is printed with the time of both, and the script exits 1 when
+an error exceeds the dtype's tolerance.
+
+    python examples/decoder_layer.py --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import torch
+
+import polyops
+
+# Largest error allowed, relative to max(1, max |reference|), per dtype: the layer chains
+# ~10 roundings to the dtype, so this is a few units of its epsilon.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |actual - expected| / max(1, max |expected|), in float64."""
+    expected = expected.double()
+    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
+    return ((actual.double() - expected).abs().max().item() if expected.numel() else 0.0) / scale
+
+
+class Weights:
+    """Random layer weights in `dtype` (the torch reference upcasts the same values)."""
+
+    def __init__(self, args: argparse.Namespace, dtype: torch.dtype, g: torch.Generator):
+        h, d = args.hidden, args.head_size
+        q, kv, inter = args.heads * d, args.kv_heads * d, args.intermediate
+
+        def w(*shape: int) -> torch.Tensor:
+            return (torch.randn(*shape, generator=g) / math.sqrt(shape[-1])).to(dtype)
+
+        self.norm1 = (1 + 0.1 * torch.randn(h, generator=g)).to(dtype)
+        self.norm2 = (1 + 0.1 * torch.randn(h, generator=g)).to(dtype)
+        self.qkv = w(q + 2 * kv, h)
+        self.o = w(h, q)
+        self.gate_up = w(2 * inter, h)
+        self.down = w(h, inter)
+        self.lm_head = w(args.vocab, h)
+        pos = torch.arange(args.max_positions, dtype=torch.float64)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        angles = pos[:, None] * inv[None, :]
+        self.cos_sin = torch.cat([angles.cos(), angles.sin()], dim=-1).to(dtype)
+
+
+def polyops_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table):
+    """One layer over tokens `x` [T, hidden]; prefill when cu_q is given, else decode."""
+    stages = {}
+    d, hq, hkv = args.head_size, args.heads, args.kv_heads
+    normed = polyops.rms_norm(x, w.norm1, args.eps)
+    stages["rms_norm"] = normed
+    qkv = polyops.linear(normed, w.qkv)
+    stages["linear qkv"] = qkv
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q, k = polyops.rotary_embedding(positions, q, k, d, w.cos_sin, True)
+    stages["rotary_embedding"] = torch.cat([q, k], dim=-1)
+    key_cache, value_cache, slots = cache
+    polyops.reshape_and_cache(k.view(-1, hkv, d), v.view(-1, hkv, d), key_cache, value_cache, slots)
+    if cu_q is not None:
+        attn = polyops.flash_attention(
+            q.view(-1, hq, d),
+            key_cache,
+            value_cache,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_kv=cu_kv,
+            block_table=block_table,
+            causal=True,
+        )
+        stages["flash_attention"] = attn
+    else:
+        seq_lens = (cu_kv[1:] - cu_kv[:-1]).to(torch.int32)
+        attn = polyops.paged_attention(
+            q.view(-1, hq, d), key_cache, value_cache, seq_lens, block_table
+        )
+        stages["paged_attention"] = attn
+    o = polyops.linear(attn.reshape(-1, hq * d), w.o)
+    stages["linear o"] = o
+    y, residual = polyops.add_rms_norm(o, x, w.norm2, args.eps)
+    stages["add_rms_norm"] = y
+    gate_up = polyops.linear(y, w.gate_up)
+    stages["linear gate_up"] = gate_up
+    act = polyops.silu_and_mul(gate_up)
+    stages["silu_and_mul"] = act
+    down = polyops.linear(act, w.down)
+    stages["linear down"] = down
+    out = polyops.add(down, residual)
+    stages["add"] = out
+    return out, stages
+
+
+def torch_layer(x, positions, kv_store, w, args, seq_lens_q, seq_lens_kv, prefill):
+    """The same layer in float32 torch; kv_store holds each sequence's contiguous K/V."""
+    stages = {}
+    d, hq, hkv = args.head_size, args.heads, args.kv_heads
+    f = torch.float32
+    x = x.to(f)
+    normed = x / torch.sqrt((x * x).mean(-1, keepdim=True) + args.eps) * w.norm1.to(f)
+    stages["rms_norm"] = normed
+    qkv = normed @ w.qkv.to(f).T
+    stages["linear qkv"] = qkv
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    cos, sin = w.cos_sin.to(f)[positions].chunk(2, dim=-1)
+
+    def rope(t: torch.Tensor, heads: int) -> torch.Tensor:
+        t = t.view(-1, heads, d)
+        a, b = t[..., : d // 2], t[..., d // 2 :]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([a * c - b * s, b * c + a * s], dim=-1).reshape(-1, heads * d)
+
+    q, k = rope(q, hq), rope(k, hkv)
+    stages["rotary_embedding"] = torch.cat([q, k], dim=-1)
+    outputs, start = [], 0
+    for b, (lq, lkv) in enumerate(zip(seq_lens_q, seq_lens_kv, strict=True)):
+        kv_store[b][0].append(k[start : start + lq].view(lq, hkv, d))
+        kv_store[b][1].append(v[start : start + lq].view(lq, hkv, d))
+        keys = torch.cat(kv_store[b][0]).repeat_interleave(hq // hkv, dim=1)
+        values = torch.cat(kv_store[b][1]).repeat_interleave(hq // hkv, dim=1)
+        qs = q[start : start + lq].view(lq, hq, d)
+        scores = torch.einsum("qhd,khd->hqk", qs, keys) / math.sqrt(d)
+        visible = torch.arange(lkv)[None, :] <= torch.arange(lq)[:, None] + (lkv - lq)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        outputs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), values))
+        start += lq
+    attn = torch.cat(outputs)
+    stages["flash_attention" if prefill else "paged_attention"] = attn
+    o = attn.reshape(-1, hq * d) @ w.o.to(f).T
+    stages["linear o"] = o
+    residual = o + x
+    y = residual / torch.sqrt((residual**2).mean(-1, keepdim=True) + args.eps) * w.norm2.to(f)
+    stages["add_rms_norm"] = y
+    gate_up = y @ w.gate_up.to(f).T
+    stages["linear gate_up"] = gate_up
+    g, u = gate_up.chunk(2, dim=-1)
+    act = g * torch.sigmoid(g) * u
+    stages["silu_and_mul"] = act
+    down = act @ w.down.to(f).T
+    stages["linear down"] = down
+    stages["add"] = down + residual
+    return stages["add"], stages
+
+
+def reference_sample(logits: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor):
+    """topk_topp_sampling written from its definition, for the token-id check."""
+    tokens = []
+    for row, ur in zip(logits.float(), u.tolist(), strict=True):
+        order = sorted(range(row.numel()), key=lambda i: (-row[i].item(), i))
+        probs = torch.softmax(row, -1)[order]
+        if 0 < top_k < len(order):
+            probs = probs[:top_k]
+        probs = probs / probs.sum()
+        if top_p < 1.0:
+            cumulative = torch.cumsum(probs, 0)
+            keep = int((cumulative < top_p).sum().item()) + 1
+            probs = probs[:keep] / probs[:keep].sum()
+        cumulative = torch.cumsum(probs, 0)
+        index = int((cumulative <= ur).sum().item())
+        tokens.append(order[min(index, probs.numel() - 1)])
+    return torch.tensor(tokens)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16")
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--head-size", type=int, default=64)
+    parser.add_argument("--intermediate", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=2000)
+    parser.add_argument("--seq-lens", default="1,7,300", help="prefill lengths, comma separated")
+    parser.add_argument("--decode-steps", type=int, default=4)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-positions", type=int, default=4096)
+    parser.add_argument("--eps", type=float, default=1e-6)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    dtype = DTYPES[args.dtype]
+    g = torch.Generator().manual_seed(args.seed)
+    w = Weights(args, dtype, g)
+    lengths = [int(s) for s in args.seq_lens.split(",")]
+    batch, d, hkv = len(lengths), args.head_size, args.kv_heads
+
+    # A paged cache with a random block table per sequence.
+    max_len = max(lengths) + args.decode_steps
+    blocks_per_seq = -(-max_len // args.block_size)
+    num_blocks = batch * blocks_per_seq + 3
+    block_table = torch.randperm(num_blocks, generator=g)[: batch * blocks_per_seq]
+    block_table = block_table.view(batch, blocks_per_seq).to(torch.int32)
+    key_cache = torch.zeros(num_blocks, args.block_size, hkv, d, dtype=dtype)
+    value_cache = torch.zeros_like(key_cache)
+    kv_store = [([], []) for _ in range(batch)]
+
+    def slots_for(seq: int, start: int, count: int) -> list[int]:
+        return [
+            int(block_table[seq, p // args.block_size]) * args.block_size + p % args.block_size
+            for p in range(start, start + count)
+        ]
+
+    errors: dict[str, float] = {}
+    times = {"polyops": 0.0, "torch": 0.0}
+    x = torch.randn(sum(lengths), args.hidden, generator=g).to(dtype)
+    steps = [("prefill", lengths, [0] * batch)] + [
+        (f"decode {i + 1}", [1] * batch, [n + i for n in lengths]) for i in range(args.decode_steps)
+    ]
+    for name, q_lens, past in steps:
+        positions = torch.tensor(
+            [p for n, s in zip(q_lens, past, strict=True) for p in range(s, s + n)]
+        )
+        slots = torch.tensor(
+            [
+                s
+                for b, (n, p) in enumerate(zip(q_lens, past, strict=True))
+                for s in slots_for(b, p, n)
+            ]
+        )
+        kv_lens = [n + p for n, p in zip(q_lens, past, strict=True)]
+        cu_kv = torch.tensor([0, *torch.tensor(kv_lens).cumsum(0).tolist()], dtype=torch.int32)
+        cu_q = None
+        if name == "prefill":
+            cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+        start = time.perf_counter()
+        out, stages = polyops_layer(
+            x, positions, (key_cache, value_cache, slots), w, args, cu_q, cu_kv, block_table
+        )
+        times["polyops"] += time.perf_counter() - start
+        start = time.perf_counter()
+        ref, ref_stages = torch_layer(
+            x, positions, kv_store, w, args, q_lens, kv_lens, name == "prefill"
+        )
+        times["torch"] += time.perf_counter() - start
+        for stage, value in stages.items():
+            key = f"{name:<9} {stage}"
+            errors[key] = rel_error(value.reshape(ref_stages[stage].shape), ref_stages[stage])
+        # The next step decodes one new token per sequence: feed each sequence's last output.
+        last = torch.tensor(q_lens).cumsum(0) - 1
+        x = out[last].contiguous()
+
+    logits = polyops.linear(x, w.lm_head)
+    errors["final     logits"] = rel_error(logits, x.float() @ w.lm_head.float().T)
+    u = torch.rand(batch, generator=g)
+    tokens = polyops.topk_topp_sampling(logits, 50, 0.9, uniform=u)
+    expected_tokens = reference_sample(logits, 50, 0.9, u)
+
+    tolerance = TOLERANCE[dtype]
+    print(
+        f"decoder layer, {args.dtype}, prefill lengths {lengths}, {args.decode_steps} decode steps"
+    )
+    print(f"{'step / stage':<30} {'max rel error':>14}  (tolerance {tolerance:g})")
+    failed = 0
+    for key, error in errors.items():
+        ok = error <= tolerance
+        failed += not ok
+        print(f"{key:<30} {error:>14.3e}  {'ok' if ok else 'FAIL'}")
+    same = torch.equal(tokens, expected_tokens)
+    failed += not same
+    print(
+        f"{'sampled tokens':<30} {tokens.tolist()} vs reference {expected_tokens.tolist()}: "
+        f"{'ok' if same else 'FAIL'}"
+    )
+    print(f"time: polyops {times['polyops'] * 1e3:.1f} ms, torch {times['torch'] * 1e3:.1f} ms")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
