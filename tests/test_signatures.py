@@ -29,6 +29,16 @@ CONTRACT = {
     "add_rms_norm": "(x1, x2, gamma, eps=1e-6, *, y_out=None, x_out=None)",
     "silu_and_mul": "(input, *, out=None)",
     "swiglu": "(input, gate, *, out=None)",
+    "cat": "(tensors, dim=0, *, out=None)",
+    "causal_softmax": "(input, *, out=None)",
+    "rotary_embedding": (
+        "(positions, query, key, head_size, cos_sin_cache, is_neox_style=True, *, "
+        "rotary_dim=None, query_out=None, key_out=None)"
+    ),
+    "apply_rotary_pos_emb": (
+        "(query, key, cos, sin, *, is_neox_style=True, query_out=None, key_out=None)"
+    ),
+    "reshape_and_cache": "(key, value, key_cache, value_cache, slot_mapping, *)",
 }
 
 
@@ -155,7 +165,8 @@ def test_signature_matches_header(op):
         parameter = parameters[index]
         expected_kind = POSITIONAL if index < num_positional else KEYWORD_ONLY
         assert parameter.kind == expected_kind, f"{op}.{name}: {parameter.kind}"
-        if "optional" in ctype:
+        if "optional" in ctype and default is not _NO_DEFAULT:
+            # A required std::optional (rotary_embedding's key) must be passed, maybe as None.
             assert parameter.default is None, f"{op}.{name}: std::optional must default to None"
         if default is _NO_DEFAULT:
             assert parameter.default is inspect.Parameter.empty, f"{op}.{name} has a default"

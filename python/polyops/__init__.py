@@ -27,9 +27,14 @@ if _C._torch_version != torch.__version__:
 # The operators, as generated from src/base/*.h.
 add = _C.add
 add_rms_norm = _C.add_rms_norm
+apply_rotary_pos_emb = _C.apply_rotary_pos_emb
 cast = _C.cast
+cat = _C.cat
+causal_softmax = _C.causal_softmax
 mul = _C.mul
+reshape_and_cache = _C.reshape_and_cache
 rms_norm = _C.rms_norm
+rotary_embedding = _C.rotary_embedding
 silu_and_mul = _C.silu_and_mul
 swiglu = _C.swiglu
 
@@ -123,15 +128,20 @@ _apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
 __all__ = [
     "add",
     "add_rms_norm",
+    "apply_rotary_pos_emb",
     "cache_info",
     "cast",
+    "cat",
+    "causal_softmax",
     "clear_cache",
     "default_implementation",
     "devices",
     "implementations",
     "mul",
     "operators",
+    "reshape_and_cache",
     "rms_norm",
+    "rotary_embedding",
     "set_cache_capacity",
     "set_default_implementation",
     "silu_and_mul",

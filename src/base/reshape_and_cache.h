@@ -1,0 +1,99 @@
+#ifndef POLYOPS_BASE_RESHAPE_AND_CACHE_H_
+#define POLYOPS_BASE_RESHAPE_AND_CACHE_H_
+
+#include <cstdint>
+
+#include "core/checks.h"
+#include "core/handle.h"
+#include "core/instance_cache.h"
+
+namespace polyops {
+
+// reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None
+//
+// vLLM's paged KV-cache write: token t's key and value heads go to
+// key_cache[s // block_size, s % block_size] and
+// value_cache[s // block_size, s % block_size] for s = slot_mapping[t];
+// a negative slot skips the token (padding). In place on the caches.
+// Two tokens with the same slot: which one lands is unspecified.
+//   key, value:   [T, Hkv, D], float16, bfloat16 or float32, same shape;
+//                 D contiguous, token and head strides free.
+//   key_cache, value_cache: [num_blocks, block_size, Hkv, D], key's dtype,
+//                 contiguous.
+//   slot_mapping: [T], int32 or int64 (same result), any stride. A slot
+//                 >= num_blocks * block_size is a ValueError naming the
+//                 token: the CPU kernel reads the slots before writing
+//                 anything. (An accelerator backend cannot check that
+//                 without copying slot_mapping to the host.)
+class ReshapeAndCache : public OperatorBase {
+ public:
+  static constexpr const char* kName = "reshape_and_cache";
+  static constexpr int kNumPositional = 5;
+
+  ReshapeAndCache(const Tensor& key, const Tensor& value,
+                  const Tensor& key_cache, const Tensor& value_cache,
+                  const Tensor& slot_mapping) {
+    POLYOPS_CHECK(key.ndim() == 3,
+                  "polyops.reshape_and_cache: key must be [T, Hkv, D], got "
+                  "shape ",
+                  key.ShapeString());
+    CheckFloatDtype(kName, "key", key);
+    CheckSameDtype(kName, "value", value, "key", key);
+    CheckSameShape(kName, "value", value, "key", key);
+    CheckLastDimContiguous(kName, "key", key);
+    CheckLastDimContiguous(kName, "value", value);
+    POLYOPS_CHECK(key_cache.ndim() == 4 && key_cache.size(2) == key.size(1) &&
+                      key_cache.size(3) == key.size(2),
+                  "polyops.reshape_and_cache: key_cache must be [num_blocks, "
+                  "block_size, ",
+                  key.size(1), ", ", key.size(2), "], got shape ",
+                  key_cache.ShapeString());
+    CheckSameDtype(kName, "key_cache", key_cache, "key", key);
+    CheckSameDtype(kName, "value_cache", value_cache, "key", key);
+    CheckSameShape(kName, "value_cache", value_cache, "key_cache", key_cache);
+    CheckContiguous(kName, "key_cache", key_cache);
+    CheckContiguous(kName, "value_cache", value_cache);
+    POLYOPS_CHECK(
+        slot_mapping.ndim() == 1 && slot_mapping.size(0) == key.size(0),
+        "polyops.reshape_and_cache: slot_mapping must have shape [",
+        key.size(0), "] (key's tokens), got ", slot_mapping.ShapeString());
+    POLYOPS_CHECK(slot_mapping.dtype() == DataType::kInt64 ||
+                      slot_mapping.dtype() == DataType::kInt32,
+                  "polyops.reshape_and_cache: slot_mapping must be int64 or "
+                  "int32, got ",
+                  DataTypeName(slot_mapping.dtype()));
+    tokens_ = key.size(0);
+    heads_ = key.size(1);
+    head_size_ = key.size(2);
+    num_slots_ = key_cache.size(0) * key_cache.size(1);
+    key_strides_[0] = key.stride(0);
+    key_strides_[1] = key.stride(1);
+    value_strides_[0] = value.stride(0);
+    value_strides_[1] = value.stride(1);
+    slot_stride_ = slot_mapping.stride(0);
+    slot_dtype_ = slot_mapping.dtype();
+    element_size_ = key.element_size();
+  }
+
+  virtual void operator()(const Handle& handle, const Tensor& key,
+                          const Tensor& value, const Tensor& key_cache,
+                          const Tensor& value_cache,
+                          const Tensor& slot_mapping) const = 0;
+
+ protected:
+  int64_t tokens_ = 0;
+  int64_t heads_ = 0;
+  int64_t head_size_ = 0;
+  // num_blocks * block_size: slots are indices into the caches viewed as
+  // [num_slots, Hkv, D].
+  int64_t num_slots_ = 0;
+  int64_t key_strides_[2] = {};    // token, head
+  int64_t value_strides_[2] = {};  // token, head
+  int64_t slot_stride_ = 1;
+  DataType slot_dtype_ = DataType::kInt64;
+  int element_size_ = 4;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_BASE_RESHAPE_AND_CACHE_H_

@@ -1,0 +1,83 @@
+#ifndef POLYOPS_CPU_RESHAPE_AND_CACHE_OMP_H_
+#define POLYOPS_CPU_RESHAPE_AND_CACHE_OMP_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "base/reshape_and_cache.h"
+#include "core/operator.h"
+#include "cpu/parallel.h"
+
+namespace polyops {
+
+// Slot 0: slots are checked in one serial pass (nothing is written when one
+// is out of range, and an error cannot leave an OpenMP region), then tokens
+// are copied as bytes, one memcpy per head (per token when its heads are
+// packed), over OpenMP threads for large calls.
+template <>
+class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
+    : public ReshapeAndCache {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using ReshapeAndCache::ReshapeAndCache;
+
+  void operator()(const Handle&, const Tensor& key, const Tensor& value,
+                  const Tensor& key_cache, const Tensor& value_cache,
+                  const Tensor& slot_mapping) const override {
+    if (slot_dtype_ == DataType::kInt64) {
+      Run(slot_mapping.data_as<const int64_t>(), key, value, key_cache,
+          value_cache);
+    } else {
+      Run(slot_mapping.data_as<const int32_t>(), key, value, key_cache,
+          value_cache);
+    }
+  }
+
+ private:
+  template <typename S>
+  void Run(const S* slots, const Tensor& key, const Tensor& value,
+           const Tensor& key_cache, const Tensor& value_cache) const {
+    for (int64_t t = 0; t < tokens_; ++t) {
+      const int64_t slot = slots[t * slot_stride_];
+      POLYOPS_CHECK(slot < num_slots_,
+                    "polyops.reshape_and_cache: "
+                    "slot_mapping[",
+                    t, "] = ", slot,
+                    " is out of range: the caches hold num_blocks * "
+                    "block_size = ",
+                    num_slots_, " slots");
+    }
+    const int64_t width = element_size_;
+    const int64_t row_bytes = heads_ * head_size_ * width;
+    const bool parallel = tokens_ * heads_ * head_size_ >= cpu::kParallelGrain;
+    char* key_base = static_cast<char*>(key_cache.data());
+    char* value_base = static_cast<char*>(value_cache.data());
+    const char* key_data = static_cast<const char*>(key.data());
+    const char* value_data = static_cast<const char*>(value.data());
+    cpu::ParallelFor(tokens_, parallel, [&](int64_t t) {
+      const int64_t slot = slots[t * slot_stride_];
+      if (slot < 0) return;
+      CopyToken(key_data + t * key_strides_[0] * width, key_strides_[1],
+                key_base + slot * row_bytes);
+      CopyToken(value_data + t * value_strides_[0] * width, value_strides_[1],
+                value_base + slot * row_bytes);
+    });
+  }
+
+  void CopyToken(const char* src, int64_t head_stride, char* dst) const {
+    const int64_t width = element_size_;
+    const int64_t head_bytes = head_size_ * width;
+    if (head_stride == head_size_ || heads_ == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(heads_ * head_bytes));
+      return;
+    }
+    for (int64_t h = 0; h < heads_; ++h) {
+      std::memcpy(dst + h * head_bytes, src + h * head_stride * width,
+                  static_cast<size_t>(head_bytes));
+    }
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_RESHAPE_AND_CACHE_OMP_H_
