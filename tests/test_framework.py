@@ -14,7 +14,20 @@ from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
 
-EXPECTED_OPS = ["add", "add_rms_norm", "cast", "mul", "rms_norm", "silu_and_mul", "swiglu"]
+EXPECTED_OPS = [
+    "add",
+    "add_rms_norm",
+    "apply_rotary_pos_emb",
+    "cast",
+    "cat",
+    "causal_softmax",
+    "mul",
+    "reshape_and_cache",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "swiglu",
+]
 
 # The CPU slots of the API contract (a build may add more, never lose these).
 EXPECTED_CPU_SLOTS = {
@@ -25,6 +38,11 @@ EXPECTED_CPU_SLOTS = {
     "add_rms_norm": {0: "loop", 1: "omp"},
     "silu_and_mul": {0: "omp"},
     "swiglu": {0: "omp"},
+    "cat": {0: "omp"},
+    "causal_softmax": {0: "omp"},
+    "rotary_embedding": {0: "omp"},
+    "apply_rotary_pos_emb": {0: "omp"},
+    "reshape_and_cache": {0: "omp"},
 }
 
 
@@ -50,6 +68,29 @@ def sample_call(op: str, n: int = 8, **kwargs):
         return fn(x, **kwargs), g / (1 + torch.exp(-g)) * u
     if op == "swiglu":
         return fn(x, x, **kwargs), xd * (xd / (1 + torch.exp(-xd)))
+    if op == "cat":
+        return fn([x, w[None]], 0, **kwargs), torch.cat([xd, wd[None]], 0)
+    if op == "causal_softmax":  # [3, n]: row i sees keys j <= i + n - 3
+        visible = torch.arange(n)[None, :] <= torch.arange(3)[:, None] + (n - 3)
+        e = torch.where(visible, torch.exp(xd - xd.amax(-1, keepdim=True)), 0.0)
+        return fn(x, **kwargs), e / e.sum(-1, keepdim=True)
+    if op in ("rotary_embedding", "apply_rotary_pos_emb"):  # one neox head of size n
+        positions = torch.tensor([2, 0, 1])
+        cache = torch.linspace(-1.0, 1.0, 4 * n).reshape(4, n)
+        cos, sin = cache[positions, : n // 2], cache[positions, n // 2 :]
+        x1, x2 = xd[:, : n // 2], xd[:, n // 2 :]
+        c, s_ = cos.double(), sin.double()
+        expected = torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1)
+        if op == "rotary_embedding":
+            return fn(positions, x.clone(), None, n, cache, **kwargs)[0], expected
+        return fn(x.clone(), None, cos.contiguous(), sin.contiguous(), **kwargs)[0], expected
+    if op == "reshape_and_cache":  # tokens 0, 1, 2 into slots 3, 0, 1 of 2 blocks of 2
+        key_cache, value_cache = torch.zeros(2, 2, 1, n), torch.zeros(2, 2, 1, n)
+        key = x.reshape(3, 1, n)
+        fn(key, key, key_cache, value_cache, torch.tensor([3, 0, 1]), **kwargs)
+        expected = torch.zeros(2, 2, 1, n, dtype=torch.float64)
+        expected[1, 1, 0], expected[0, 0, 0], expected[0, 1, 0] = xd[0], xd[1], xd[2]
+        return key_cache, expected
     raise AssertionError(op)
 
 
@@ -491,6 +532,28 @@ META_CALLS = {
     ),
     "silu_and_mul": (lambda: polyops.silu_and_mul(torch.ones(3, 8), out=_meta(3, 4)), "out"),
     "swiglu": (lambda: polyops.swiglu(_meta(3, 8), _meta(3, 8)), "input"),
+    "cat": (lambda: polyops.cat([torch.ones(2), _meta(2)]), "tensors"),
+    "causal_softmax": (lambda: polyops.causal_softmax(torch.ones(3, 3), out=_meta(3, 3)), "out"),
+    "rotary_embedding": (
+        lambda: polyops.rotary_embedding(
+            torch.zeros(2, dtype=torch.int64), _meta(2, 8), None, 8, torch.ones(4, 8)
+        ),
+        "query",
+    ),
+    "apply_rotary_pos_emb": (
+        lambda: polyops.apply_rotary_pos_emb(torch.ones(2, 8), None, _meta(2, 4), torch.ones(2, 4)),
+        "cos",
+    ),
+    "reshape_and_cache": (
+        lambda: polyops.reshape_and_cache(
+            torch.ones(2, 1, 8),
+            torch.ones(2, 1, 8),
+            _meta(1, 2, 1, 8),
+            torch.ones(1, 2, 1, 8),
+            torch.zeros(2, dtype=torch.int64),
+        ),
+        "key_cache",
+    ),
 }
 
 
