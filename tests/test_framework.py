@@ -14,7 +14,16 @@ from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
 
-EXPECTED_OPS = ["add", "add_rms_norm", "cast", "mul", "rms_norm", "silu_and_mul", "swiglu"]
+EXPECTED_OPS = [
+    "add",
+    "add_rms_norm",
+    "cast",
+    "mul",
+    "rms_norm",
+    "silu_and_mul",
+    "swiglu",
+    "topk_topp_sampling",
+]
 
 # The CPU slots of the API contract (a build may add more, never lose these).
 EXPECTED_CPU_SLOTS = {
@@ -25,6 +34,7 @@ EXPECTED_CPU_SLOTS = {
     "add_rms_norm": {0: "loop", 1: "omp"},
     "silu_and_mul": {0: "omp"},
     "swiglu": {0: "omp"},
+    "topk_topp_sampling": {0: "sort"},
 }
 
 
@@ -50,7 +60,19 @@ def sample_call(op: str, n: int = 8, **kwargs):
         return fn(x, **kwargs), g / (1 + torch.exp(-g)) * u
     if op == "swiglu":
         return fn(x, x, **kwargs), xd * (xd / (1 + torch.exp(-xd)))
+    if op == "topk_topp_sampling":
+        # u = 0 picks each row's largest logit: the last of an increasing row.
+        uniform = torch.zeros(3)
+        return fn(x, 0, 1.0, uniform=uniform, **kwargs), torch.full((3,), n - 1)
     raise AssertionError(op)
+
+
+def assert_sample_result(result, expected):
+    """sample_call's result against its reference: exact for integer results."""
+    if result.dtype.is_floating_point:
+        assert_close(result, expected, result.dtype)
+    else:
+        assert_equal(result, expected)
 
 
 EVERY_COUNTER = ("hits", "misses", "evictions")
@@ -103,7 +125,7 @@ def test_documented_defaults(default_slot_reset):
 def test_every_slot_computes(op):
     for slot in polyops.implementations(op):
         result, expected = sample_call(op, implementation_index=slot)
-        assert_close(result, expected, F32 if op != "cast" else torch.float64)
+        assert_sample_result(result, expected)
 
 
 @pytest.mark.parametrize("bad", [-1, 7, 8, 100])
@@ -402,7 +424,7 @@ def test_clear_cache_resets_everything():
     # Instances are rebuilt on demand and compute correctly.
     for op in EXPECTED_OPS:
         result, expected = sample_call(op)
-        assert_close(result, expected, result.dtype)
+        assert_sample_result(result, expected)
     assert polyops.cache_info()["misses"] == len(EXPECTED_OPS)
 
 
@@ -423,7 +445,7 @@ def test_set_cache_capacity_rejects_bad_values(cache_capacity):
 @pytest.mark.parametrize("op", EXPECTED_OPS)
 def test_stream_is_accepted_and_ignored_on_cpu(op, stream):
     result, expected = sample_call(op, stream=stream)
-    assert_close(result, expected, result.dtype)
+    assert_sample_result(result, expected)
 
 
 def test_keyword_and_positional_forms_agree(gen):
@@ -491,6 +513,10 @@ META_CALLS = {
     ),
     "silu_and_mul": (lambda: polyops.silu_and_mul(torch.ones(3, 8), out=_meta(3, 4)), "out"),
     "swiglu": (lambda: polyops.swiglu(_meta(3, 8), _meta(3, 8)), "input"),
+    "topk_topp_sampling": (
+        lambda: polyops.topk_topp_sampling(torch.ones(3, 8), 0, 1.0, uniform=_meta(3)),
+        "uniform",
+    ),
 }
 
 

@@ -29,6 +29,7 @@ CONTRACT = {
     "add_rms_norm": "(x1, x2, gamma, eps=1e-6, *, y_out=None, x_out=None)",
     "silu_and_mul": "(input, *, out=None)",
     "swiglu": "(input, gate, *, out=None)",
+    "topk_topp_sampling": "(logits, top_k, top_p, *, uniform=None, seed=None, out=None)",
 }
 
 

@@ -32,6 +32,7 @@ mul = _C.mul
 rms_norm = _C.rms_norm
 silu_and_mul = _C.silu_and_mul
 swiglu = _C.swiglu
+topk_topp_sampling = _C.topk_topp_sampling
 
 __version__ = "0.1.0"
 
@@ -136,4 +137,5 @@ __all__ = [
     "set_default_implementation",
     "silu_and_mul",
     "swiglu",
+    "topk_topp_sampling",
 ]
