@@ -27,6 +27,7 @@ EXPECTED_OPS = [
     "rotary_embedding",
     "silu_and_mul",
     "swiglu",
+    "topk_topp_sampling",
 ]
 
 # The CPU slots of the API contract (a build may add more, never lose these).
@@ -43,6 +44,7 @@ EXPECTED_CPU_SLOTS = {
     "rotary_embedding": {0: "omp"},
     "apply_rotary_pos_emb": {0: "omp"},
     "reshape_and_cache": {0: "omp"},
+    "topk_topp_sampling": {0: "sort"},
 }
 
 
@@ -91,7 +93,19 @@ def sample_call(op: str, n: int = 8, **kwargs):
         expected = torch.zeros(2, 2, 1, n, dtype=torch.float64)
         expected[1, 1, 0], expected[0, 0, 0], expected[0, 1, 0] = xd[0], xd[1], xd[2]
         return key_cache, expected
+    if op == "topk_topp_sampling":
+        # u = 0 picks each row's largest logit: the last of an increasing row.
+        uniform = torch.zeros(3)
+        return fn(x, 0, 1.0, uniform=uniform, **kwargs), torch.full((3,), n - 1)
     raise AssertionError(op)
+
+
+def assert_sample_result(result, expected):
+    """sample_call's result against its reference: exact for integer results."""
+    if result.dtype.is_floating_point:
+        assert_close(result, expected, result.dtype)
+    else:
+        assert_equal(result, expected)
 
 
 EVERY_COUNTER = ("hits", "misses", "evictions")
@@ -144,7 +158,7 @@ def test_documented_defaults(default_slot_reset):
 def test_every_slot_computes(op):
     for slot in polyops.implementations(op):
         result, expected = sample_call(op, implementation_index=slot)
-        assert_close(result, expected, F32 if op != "cast" else torch.float64)
+        assert_sample_result(result, expected)
 
 
 @pytest.mark.parametrize("bad", [-1, 7, 8, 100])
@@ -443,7 +457,7 @@ def test_clear_cache_resets_everything():
     # Instances are rebuilt on demand and compute correctly.
     for op in EXPECTED_OPS:
         result, expected = sample_call(op)
-        assert_close(result, expected, result.dtype)
+        assert_sample_result(result, expected)
     assert polyops.cache_info()["misses"] == len(EXPECTED_OPS)
 
 
@@ -464,7 +478,7 @@ def test_set_cache_capacity_rejects_bad_values(cache_capacity):
 @pytest.mark.parametrize("op", EXPECTED_OPS)
 def test_stream_is_accepted_and_ignored_on_cpu(op, stream):
     result, expected = sample_call(op, stream=stream)
-    assert_close(result, expected, result.dtype)
+    assert_sample_result(result, expected)
 
 
 def test_keyword_and_positional_forms_agree(gen):
@@ -553,6 +567,10 @@ META_CALLS = {
             torch.zeros(2, dtype=torch.int64),
         ),
         "key_cache",
+    ),
+    "topk_topp_sampling": (
+        lambda: polyops.topk_topp_sampling(torch.ones(3, 8), 0, 1.0, uniform=_meta(3)),
+        "uniform",
     ),
 }
 

@@ -39,6 +39,7 @@ CONTRACT = {
         "(query, key, cos, sin, *, is_neox_style=True, query_out=None, key_out=None)"
     ),
     "reshape_and_cache": "(key, value, key_cache, value_cache, slot_mapping, *)",
+    "topk_topp_sampling": "(logits, top_k, top_p, *, uniform=None, seed=None, out=None)",
 }
 
 

@@ -37,6 +37,7 @@ rms_norm = _C.rms_norm
 rotary_embedding = _C.rotary_embedding
 silu_and_mul = _C.silu_and_mul
 swiglu = _C.swiglu
+topk_topp_sampling = _C.topk_topp_sampling
 
 __version__ = "0.1.0"
 
@@ -146,4 +147,5 @@ __all__ = [
     "set_default_implementation",
     "silu_and_mul",
     "swiglu",
+    "topk_topp_sampling",
 ]

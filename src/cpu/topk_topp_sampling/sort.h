@@ -1,0 +1,283 @@
+#ifndef POLYOPS_CPU_TOPK_TOPP_SAMPLING_SORT_H_
+#define POLYOPS_CPU_TOPK_TOPP_SAMPLING_SORT_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "base/topk_topp_sampling.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/convert.h"
+#include "cpu/parallel.h"
+#include "cpu/sampling.h"
+
+namespace polyops {
+namespace cpu {
+
+enum SamplingRowError : int64_t {
+  kSamplingOk = 0,
+  kSamplingNonFinite = 1,
+  kSamplingAllMinusInf = 2,
+  kSamplingOutOfMemory = 3,
+};
+
+// Per-thread scratch, kept across calls so that a steady stream of calls
+// allocates nothing: 20 bytes per vocabulary entry per OpenMP thread, grown to
+// the largest V seen.
+struct SamplingScratch {
+  std::vector<uint64_t> keys;
+  std::vector<uint64_t> spare;  // the radix sort's second buffer
+  std::vector<float> weights;
+
+  void Reserve(int64_t vocab) {
+    if (keys.size() >= static_cast<size_t>(vocab)) return;
+    keys.resize(vocab);
+    spare.resize(vocab);
+    weights.resize(vocab);
+  }
+};
+
+inline SamplingScratch& ThreadSamplingScratch() {
+  thread_local SamplingScratch scratch;
+  return scratch;
+}
+
+// Sorts `keys` ascending by their high 32 bits, stably: LSD radix, one pass
+// per byte, skipping bytes every key shares. The input is in id order, so
+// stability gives the same order as sorting the whole 64-bit keys, in O(n)
+// instead of O(n log n) (full sorts of 152k-entry vocabularies dominate).
+inline void RadixSortByHighWord(uint64_t* keys, uint64_t* spare, int64_t n) {
+  uint32_t counts[4][256] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = static_cast<uint32_t>(keys[i] >> 32);
+    ++counts[0][key & 0xff];
+    ++counts[1][(key >> 8) & 0xff];
+    ++counts[2][(key >> 16) & 0xff];
+    ++counts[3][key >> 24];
+  }
+  uint64_t* src = keys;
+  uint64_t* dst = spare;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 32 + 8 * pass;
+    uint32_t* count = counts[pass];
+    if (count[(src[0] >> shift) & 0xff] == static_cast<uint32_t>(n)) continue;
+    uint32_t offset = 0;
+    for (int digit = 0; digit < 256; ++digit) {
+      const uint32_t size = count[digit];
+      count[digit] = offset;
+      offset += size;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      dst[count[(src[i] >> shift) & 0xff]++] = src[i];
+    }
+    std::swap(src, dst);
+  }
+  if (src != keys) std::memcpy(keys, src, sizeof(uint64_t) * n);
+}
+
+// One row of the algorithm in base/topk_topp_sampling.h. `k` in [1, vocab].
+template <typename T>
+SamplingRowError SampleRow(const T* x, int64_t vocab, int64_t k, float p,
+                           float u, SamplingScratch& scratch, int64_t* token) {
+  // (descending key << 32 | id) sorts ascending as (logit desc, id asc), and
+  // the keys are distinct, so every sort below has one possible result.
+  uint64_t* keys = scratch.keys.data();
+  if (k * 16 < vocab) {
+    // Small k: a max-heap of the k best keys seen. Most tokens lose one
+    // compare against its top and cost no write, unlike a full selection.
+    int64_t size = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float value = Load(x + i);
+      if (std::isnan(value) ||
+          value == std::numeric_limits<float>::infinity()) {
+        return kSamplingNonFinite;
+      }
+      const uint64_t key = (static_cast<uint64_t>(DescendingKey(value)) << 32) |
+                           static_cast<uint64_t>(i);
+      if (size < k) {
+        keys[size++] = key;
+        std::push_heap(keys, keys + size);
+      } else if (key < keys[0]) {
+        std::pop_heap(keys, keys + k);
+        keys[k - 1] = key;
+        std::push_heap(keys, keys + k);
+      }
+    }
+    std::sort_heap(keys, keys + k);
+  } else {
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float value = Load(x + i);
+      if (std::isnan(value) ||
+          value == std::numeric_limits<float>::infinity()) {
+        return kSamplingNonFinite;
+      }
+      keys[i] = (static_cast<uint64_t>(DescendingKey(value)) << 32) |
+                static_cast<uint64_t>(i);
+    }
+    RadixSortByHighWord(keys, scratch.spare.data(), vocab);
+  }
+  const float max = FromDescendingKey(static_cast<uint32_t>(keys[0] >> 32));
+  if (max == -std::numeric_limits<float>::infinity()) {
+    return kSamplingAllMinusInf;
+  }
+
+  float* weights = scratch.weights.data();
+  float total = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    weights[j] = SamplingExp(
+        FromDescendingKey(static_cast<uint32_t>(keys[j] >> 32)) - max);
+    total += weights[j];
+  }
+
+  int64_t prefix = k;
+  float prefix_mass = total;
+  if (p < 1.0f) {
+    const float threshold = p * total;
+    float cumulative = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      cumulative += weights[j];
+      if (cumulative >= threshold) {
+        prefix = j + 1;
+        prefix_mass = cumulative;
+        break;
+      }
+    }
+  }
+
+  // The same sequential sums again, so C_{j+1} here equals the C_{j+1} above
+  // bit for bit and the last step always satisfies cumulative == prefix_mass.
+  const float target = u * prefix_mass;
+  float cumulative = 0.0f;
+  int64_t chosen = prefix - 1;
+  for (int64_t j = 0; j < prefix; ++j) {
+    cumulative += weights[j];
+    if (cumulative > target || cumulative == prefix_mass) {
+      chosen = j;
+      break;
+    }
+  }
+  *token = static_cast<int64_t>(keys[chosen] & 0xffffffffull);
+  return kSamplingOk;
+}
+
+}  // namespace cpu
+
+// Slot 0: per row, the k best (logit, id) keys are kept in a heap when
+// top_k < V / 16, else all V keys are radix sorted; then the float32 sums of
+// the base header's algorithm. Rows spread over OpenMP threads.
+template <>
+class Operator<TopkToppSampling, Device::Type::kCpu, 0>
+    : public TopkToppSampling {
+ public:
+  static constexpr const char* kImplementationName = "sort";
+  using TopkToppSampling::TopkToppSampling;
+
+  void operator()(const Handle&, const Tensor& logits,
+                  const ScalarOrTensor& top_k, const ScalarOrTensor& top_p,
+                  const std::optional<Tensor>& uniform,
+                  std::optional<int64_t> seed,
+                  const std::optional<Tensor>& out) const override {
+    if (batch_ == 0) return;
+    // Data-dependent checks run serially here: an exception must not leave
+    // an OpenMP region.
+    if (top_p.tensor) {
+      const float* p = top_p.tensor->data_as<float>();
+      const int64_t stride = top_p.tensor->stride(0);
+      for (int64_t b = 0; b < batch_; ++b) {
+        const float value = p[b * stride];
+        POLYOPS_CHECK(value > 0.0f && value <= 1.0f,
+                      "polyops.topk_topp_sampling: top_p values must be in "
+                      "(0, 1], got ",
+                      value, " at row ", b);
+      }
+    }
+    if (uniform) {
+      const float* u = uniform->data_as<float>();
+      const int64_t stride = uniform->stride(0);
+      for (int64_t b = 0; b < batch_; ++b) {
+        const float value = u[b * stride];
+        POLYOPS_CHECK(value >= 0.0f && value < 1.0f,
+                      "polyops.topk_topp_sampling: uniform values must be in "
+                      "[0, 1), got ",
+                      value, " at row ", b);
+      }
+    }
+
+    // The lowest failing row and its error, packed as row * 4 + error.
+    std::atomic<int64_t> first_error{std::numeric_limits<int64_t>::max()};
+    int64_t* tokens = out->data_as<int64_t>();
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.topk_topp_sampling", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T* base = logits.data_as<T>();
+          const bool parallel =
+              batch_ * vocab_ >= cpu::kParallelGrain && batch_ > 1;
+          cpu::ParallelFor(batch_, parallel, [&](int64_t b) {
+            const int64_t k = RowTopK(top_k, b);
+            const float p =
+                top_p.tensor
+                    ? top_p.tensor
+                          ->data_as<float>()[b * top_p.tensor->stride(0)]
+                    : top_p_;
+            const float u =
+                uniform ? uniform->data_as<float>()[b * uniform->stride(0)]
+                        : cpu::SplitMix64Uniform(*seed, b);
+            cpu::SamplingRowError error = cpu::kSamplingOk;
+            try {
+              cpu::SamplingScratch& scratch = cpu::ThreadSamplingScratch();
+              scratch.Reserve(vocab_);
+              error = cpu::SampleRow(base + b * row_stride_, vocab_, k, p, u,
+                                     scratch, tokens + b);
+            } catch (const std::bad_alloc&) {
+              error = cpu::kSamplingOutOfMemory;
+            }
+            if (error != cpu::kSamplingOk) {
+              const int64_t packed = b * 4 + error;
+              int64_t seen = first_error.load();
+              while (packed < seen &&
+                     !first_error.compare_exchange_weak(seen, packed)) {
+              }
+            }
+          });
+        });
+    const int64_t packed = first_error.load();
+    if (packed == std::numeric_limits<int64_t>::max()) return;
+    const int64_t row = packed / 4;
+    switch (packed % 4) {
+      case cpu::kSamplingNonFinite:
+        throw InvalidArgument(detail::Concat(
+            "polyops.topk_topp_sampling: logits must not contain NaN or "
+            "+inf, got one in row ",
+            row));
+      case cpu::kSamplingAllMinusInf:
+        throw InvalidArgument(detail::Concat(
+            "polyops.topk_topp_sampling: logits must have a finite value in "
+            "every row, got only -inf in row ",
+            row));
+      default:
+        throw std::bad_alloc();
+    }
+  }
+
+ private:
+  int64_t RowTopK(const ScalarOrTensor& top_k, int64_t b) const {
+    if (!top_k.tensor) return top_k_;
+    const Tensor& tensor = *top_k.tensor;
+    const int64_t at = b * tensor.stride(0);
+    const int64_t k = tensor.dtype() == DataType::kInt32
+                          ? tensor.data_as<int32_t>()[at]
+                          : tensor.data_as<int64_t>()[at];
+    return (k <= 0 || k >= vocab_) ? vocab_ : k;
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_TOPK_TOPP_SAMPLING_SORT_H_
