@@ -14,7 +14,18 @@ from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
 
-EXPECTED_OPS = ["add", "add_rms_norm", "cast", "mul", "rms_norm", "silu_and_mul", "swiglu"]
+EXPECTED_OPS = [
+    "add",
+    "add_rms_norm",
+    "cast",
+    "gemm",
+    "linear",
+    "matmul",
+    "mul",
+    "rms_norm",
+    "silu_and_mul",
+    "swiglu",
+]
 
 # The CPU slots of the API contract (a build may add more, never lose these).
 EXPECTED_CPU_SLOTS = {
@@ -25,6 +36,9 @@ EXPECTED_CPU_SLOTS = {
     "add_rms_norm": {0: "loop", 1: "omp"},
     "silu_and_mul": {0: "omp"},
     "swiglu": {0: "omp"},
+    "matmul": {0: "blas"},
+    "gemm": {0: "blas"},
+    "linear": {0: "blas"},
 }
 
 
@@ -50,6 +64,10 @@ def sample_call(op: str, n: int = 8, **kwargs):
         return fn(x, **kwargs), g / (1 + torch.exp(-g)) * u
     if op == "swiglu":
         return fn(x, x, **kwargs), xd * (xd / (1 + torch.exp(-xd)))
+    if op in ("matmul", "gemm"):
+        return fn(x, x.T.contiguous(), **kwargs), xd @ xd.T
+    if op == "linear":
+        return fn(x, x, **kwargs), xd @ xd.T
     raise AssertionError(op)
 
 
@@ -491,6 +509,9 @@ META_CALLS = {
     ),
     "silu_and_mul": (lambda: polyops.silu_and_mul(torch.ones(3, 8), out=_meta(3, 4)), "out"),
     "swiglu": (lambda: polyops.swiglu(_meta(3, 8), _meta(3, 8)), "input"),
+    "matmul": (lambda: polyops.matmul(_meta(3, 8), _meta(8, 4)), "input"),
+    "gemm": (lambda: polyops.gemm(_meta(3, 8), _meta(8, 4)), "a"),
+    "linear": (lambda: polyops.linear(_meta(3, 8), _meta(4, 8)), "input"),
 }
 
 

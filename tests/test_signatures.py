@@ -29,6 +29,9 @@ CONTRACT = {
     "add_rms_norm": "(x1, x2, gamma, eps=1e-6, *, y_out=None, x_out=None)",
     "silu_and_mul": "(input, *, out=None)",
     "swiglu": "(input, gate, *, out=None)",
+    "matmul": "(input, other, *, out=None)",
+    "gemm": "(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None)",
+    "linear": "(input, weight, bias=None, *, out=None)",
 }
 
 

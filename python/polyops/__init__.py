@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 
+# Loads OpenBLAS (RTLD_GLOBAL) before _C, which links it: _C then finds it
+# by its soname whatever its rpath says.
+import scipy_openblas32  # noqa: F401
 import torch
 
 from polyops import _C
@@ -28,6 +31,9 @@ if _C._torch_version != torch.__version__:
 add = _C.add
 add_rms_norm = _C.add_rms_norm
 cast = _C.cast
+gemm = _C.gemm
+linear = _C.linear
+matmul = _C.matmul
 mul = _C.mul
 rms_norm = _C.rms_norm
 silu_and_mul = _C.silu_and_mul
@@ -128,7 +134,10 @@ __all__ = [
     "clear_cache",
     "default_implementation",
     "devices",
+    "gemm",
     "implementations",
+    "linear",
+    "matmul",
     "mul",
     "operators",
     "rms_norm",
