@@ -14,21 +14,26 @@ from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
 
-EXPECTED_OPS = [
-    "add",
-    "add_rms_norm",
-    "apply_rotary_pos_emb",
-    "cast",
-    "cat",
-    "causal_softmax",
-    "mul",
-    "reshape_and_cache",
-    "rms_norm",
-    "rotary_embedding",
-    "silu_and_mul",
-    "swiglu",
-    "topk_topp_sampling",
-]
+EXPECTED_OPS = sorted(
+    [
+        "add",
+        "add_rms_norm",
+        "apply_rotary_pos_emb",
+        "cast",
+        "cat",
+        "causal_softmax",
+        "gemm",
+        "linear",
+        "matmul",
+        "mul",
+        "reshape_and_cache",
+        "rms_norm",
+        "rotary_embedding",
+        "silu_and_mul",
+        "swiglu",
+        "topk_topp_sampling",
+    ]
+)
 
 # The CPU slots of the API contract (a build may add more, never lose these).
 EXPECTED_CPU_SLOTS = {
@@ -45,6 +50,9 @@ EXPECTED_CPU_SLOTS = {
     "apply_rotary_pos_emb": {0: "omp"},
     "reshape_and_cache": {0: "omp"},
     "topk_topp_sampling": {0: "sort"},
+    "matmul": {0: "blas"},
+    "gemm": {0: "blas"},
+    "linear": {0: "blas"},
 }
 
 
@@ -97,6 +105,10 @@ def sample_call(op: str, n: int = 8, **kwargs):
         # u = 0 picks each row's largest logit: the last of an increasing row.
         uniform = torch.zeros(3)
         return fn(x, 0, 1.0, uniform=uniform, **kwargs), torch.full((3,), n - 1)
+    if op in ("matmul", "gemm"):
+        return fn(x, x.T.contiguous(), **kwargs), xd @ xd.T
+    if op == "linear":
+        return fn(x, x, **kwargs), xd @ xd.T
     raise AssertionError(op)
 
 
@@ -572,6 +584,9 @@ META_CALLS = {
         lambda: polyops.topk_topp_sampling(torch.ones(3, 8), 0, 1.0, uniform=_meta(3)),
         "uniform",
     ),
+    "matmul": (lambda: polyops.matmul(_meta(3, 8), _meta(8, 4)), "input"),
+    "gemm": (lambda: polyops.gemm(_meta(3, 8), _meta(8, 4)), "a"),
+    "linear": (lambda: polyops.linear(_meta(3, 8), _meta(4, 8)), "input"),
 }
 
 

@@ -40,6 +40,9 @@ CONTRACT = {
     ),
     "reshape_and_cache": "(key, value, key_cache, value_cache, slot_mapping, *)",
     "topk_topp_sampling": "(logits, top_k, top_p, *, uniform=None, seed=None, out=None)",
+    "matmul": "(input, other, *, out=None)",
+    "gemm": "(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None)",
+    "linear": "(input, weight, bias=None, *, out=None)",
 }
 
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 
+# Loads OpenBLAS (RTLD_GLOBAL) before _C, which links it: _C then finds it
+# by its soname whatever its rpath says.
+import scipy_openblas32  # noqa: F401
 import torch
 
 from polyops import _C
@@ -31,6 +34,9 @@ apply_rotary_pos_emb = _C.apply_rotary_pos_emb
 cast = _C.cast
 cat = _C.cat
 causal_softmax = _C.causal_softmax
+gemm = _C.gemm
+linear = _C.linear
+matmul = _C.matmul
 mul = _C.mul
 reshape_and_cache = _C.reshape_and_cache
 rms_norm = _C.rms_norm
@@ -137,7 +143,10 @@ __all__ = [
     "clear_cache",
     "default_implementation",
     "devices",
+    "gemm",
     "implementations",
+    "linear",
+    "matmul",
     "mul",
     "operators",
     "reshape_and_cache",

@@ -1,0 +1,81 @@
+// Geometry of a batched matrix product out[i] = alpha * A[i] @ B[i] +
+// beta * C[i], shared by matmul, gemm and linear and by their backends.
+#ifndef POLYOPS_CORE_GEMM_LAYOUT_H_
+#define POLYOPS_CORE_GEMM_LAYOUT_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+namespace polyops {
+
+// One operand as a batch of logical matrices: element (i, r, c) sits at
+// i * batch_stride + r * row_stride + c * col_stride. A batch stride of 0
+// shares one matrix across the batch (a broadcast 2-D operand).
+struct GemmMatrix {
+  int64_t batch_stride = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+};
+
+// How a BLAS with 32-bit indices sees a matrix: stored row-major with
+// leading dim `ld` (trans = false), or column-major (trans = true: its
+// transpose is row-major with leading dim `ld`).
+struct BlasView {
+  bool trans = false;
+  int64_t ld = 1;
+};
+
+// The BLAS view of a rows x cols matrix with the given strides, if it has
+// unit stride in one dim and non-overlapping lines in the other (BLAS
+// requires ld >= the line length). Size-1 dims may have any stride, as in
+// torch.
+inline std::optional<BlasView> BlasViewOf(int64_t rows, int64_t cols,
+                                          int64_t row_stride,
+                                          int64_t col_stride) {
+  const int64_t min_row_ld = std::max<int64_t>(cols, 1);
+  const int64_t min_col_ld = std::max<int64_t>(rows, 1);
+  if ((cols <= 1 || col_stride == 1) &&
+      (rows <= 1 || row_stride >= min_row_ld)) {
+    return BlasView{false, rows <= 1 ? min_row_ld : row_stride};
+  }
+  if ((rows <= 1 || row_stride == 1) &&
+      (cols <= 1 || col_stride >= min_col_ld)) {
+    return BlasView{true, cols <= 1 ? min_col_ld : col_stride};
+  }
+  return std::nullopt;
+}
+
+// Elements from a matrix's first to its last element, plus one (0 if it
+// is empty): the memory span the overlap checks compare. torch strides
+// are never negative.
+inline int64_t GemmExtent(const GemmMatrix& matrix, int64_t batch, int64_t rows,
+                          int64_t cols) {
+  if (batch == 0 || rows == 0 || cols == 0) return 0;
+  return (batch - 1) * matrix.batch_stride + (rows - 1) * matrix.row_stride +
+         (cols - 1) * matrix.col_stride + 1;
+}
+
+struct GemmLayout {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  // a: [m, k] (after any transpose), b: [k, n], c and out: [m, n]. c may
+  // broadcast (stride 0 in any dim); a, b and out have BLAS views.
+  GemmMatrix a, b, c, out;
+  BlasView a_blas, b_blas, out_blas;
+  bool has_c = false;
+  // c has out's strides, so c == out (same data) is an exact alias, the
+  // BLAS-style in-place accumulate, rather than a partial overlap.
+  bool c_like_out = false;
+  int64_t a_extent = 0, b_extent = 0, c_extent = 0, out_extent = 0;
+  // Argument names for run-time (overlap) errors: string literals.
+  const char* a_name = "a";
+  const char* b_name = "b";
+  const char* c_name = "c";
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CORE_GEMM_LAYOUT_H_

@@ -1,0 +1,231 @@
+#include "cpu/blas_gemm.h"
+
+// scipy-openblas32's cblas.h declares every symbol with a `scipy_` prefix,
+// so this OpenBLAS cannot clash with another BLAS in the process (torch's,
+// numpy's).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "cpu/convert.h"
+#include "cpu/parallel.h"
+
+namespace polyops::cpu {
+namespace {
+
+// OpenBLAS runs an sgemm of at most this m*n*k on the calling thread alone
+// (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4 in its
+// interface/gemm.c). Batches of such products are spread over OpenMP
+// threads instead, one whole product per thread, so the two thread pools
+// never run at once.
+constexpr double kBlasSerialWork = 65536.0 * 4;
+// Below this total m*n*k a batch is not worth an OpenMP fork.
+constexpr double kBatchParallelWork = 65536.0;
+
+// OpenBLAS keeps its own pthread pool. Matching it to the caller's OpenMP
+// thread count (omp_get_max_threads(), which torch.set_num_threads sets)
+// keeps polyops from running more BLAS threads than torch would; the
+// count is pushed only when it changes (set_num_threads may start threads).
+void SyncBlasThreads() {
+  static std::atomic<int> current{0};
+  const int wanted = omp_get_max_threads();
+  if (current.load(std::memory_order_relaxed) != wanted) {
+    scipy_openblas_set_num_threads(wanted);
+    current.store(wanted, std::memory_order_relaxed);
+  }
+}
+
+struct FloatMatrix {
+  const float* data;
+  bool trans;
+  int64_t ld;
+  int64_t batch_stride;
+};
+
+// c[i] = alpha * a[i] @ b[i] + beta * c[i] for i < batch, a: [m, k], b:
+// [k, n], c row-major [m, n] with leading dim ldc; beta == 0 overwrites c
+// without reading it (BLAS semantics). m, n >= 1.
+void SgemmBatch(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
+                const FloatMatrix& a, const FloatMatrix& b, float beta,
+                float* c, int64_t ldc, int64_t c_batch_stride) {
+  const auto one = [&](int64_t i) {
+    scipy_cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
+                      b.trans ? CblasTrans : CblasNoTrans,
+                      static_cast<blasint>(m), static_cast<blasint>(n),
+                      static_cast<blasint>(k), alpha,
+                      a.data + i * a.batch_stride, static_cast<blasint>(a.ld),
+                      b.data + i * b.batch_stride, static_cast<blasint>(b.ld),
+                      beta, c + i * c_batch_stride, static_cast<blasint>(ldc));
+  };
+  const double work = static_cast<double>(m) * n * k;
+  const bool batch_parallel = batch > 1 && work <= kBlasSerialWork &&
+                              work * batch >= kBatchParallelWork &&
+                              omp_get_max_threads() > 1;
+  if (!batch_parallel) SyncBlasThreads();
+  ParallelFor(batch, batch_parallel, one);
+}
+
+// Row-major out = alpha * a @ b + beta * out. A column-major out is
+// computed as its transpose, out^T = b^T @ a^T, so sgemm always writes
+// row-major.
+void SgemmInto(const GemmLayout& l, float alpha, float beta, const float* a,
+               const float* b, float* out) {
+  FloatMatrix fa{a, l.a_blas.trans, l.a_blas.ld, l.a.batch_stride};
+  FloatMatrix fb{b, l.b_blas.trans, l.b_blas.ld, l.b.batch_stride};
+  if (!l.out_blas.trans) {
+    SgemmBatch(l.batch, l.m, l.n, l.k, alpha, fa, fb, beta, out, l.out_blas.ld,
+               l.out.batch_stride);
+    return;
+  }
+  fa.trans = !fa.trans;
+  fb.trans = !fb.trans;
+  SgemmBatch(l.batch, l.n, l.m, l.k, alpha, fb, fa, beta, out, l.out_blas.ld,
+             l.out.batch_stride);
+}
+
+bool Overlaps(const void* x, int64_t x_extent, const void* y, int64_t y_extent,
+              int element_size) {
+  if (x_extent == 0 || y_extent == 0) return false;
+  const auto* xb = static_cast<const char*>(x);
+  const auto* yb = static_cast<const char*>(y);
+  return xb < yb + y_extent * element_size && yb < xb + x_extent * element_size;
+}
+
+// out = beta * c, or 0 without c (the product term is absent: k == 0 or
+// alpha == 0). Rounded once from float32.
+template <typename T>
+void FillScaledC(const GemmLayout& l, float beta, const T* c, T* out) {
+  const bool use_c = l.has_c && beta != 0.0f;
+  const bool parallel = l.batch * l.m * l.n >= kParallelGrain;
+  ParallelFor(l.batch * l.m, parallel, [&](int64_t row) {
+    const int64_t i = row / l.m;
+    const int64_t r = row % l.m;
+    T* dst = out + i * l.out.batch_stride + r * l.out.row_stride;
+    const T* src = use_c ? c + i * l.c.batch_stride + r * l.c.row_stride : c;
+    for (int64_t j = 0; j < l.n; ++j) {
+      const float value = use_c ? beta * Load(src + j * l.c.col_stride) : 0.0f;
+      Store(dst + j * l.out.col_stride, value);
+    }
+  });
+}
+
+// float32: sgemm reads a and b in place and writes out directly; c (when
+// it is not out itself) is first copied into out for sgemm's beta term.
+void RunFloat(const GemmLayout& l, float alpha, float beta, const float* a,
+              const float* b, const float* c, float* out) {
+  const bool use_c = l.has_c && beta != 0.0f;
+  if (use_c && c != out) {
+    const bool parallel = l.batch * l.m * l.n >= kParallelGrain;
+    ParallelFor(l.batch * l.m, parallel, [&](int64_t row) {
+      const int64_t i = row / l.m;
+      const int64_t r = row % l.m;
+      float* dst = out + i * l.out.batch_stride + r * l.out.row_stride;
+      const float* src = c + i * l.c.batch_stride + r * l.c.row_stride;
+      for (int64_t j = 0; j < l.n; ++j) {
+        dst[j * l.out.col_stride] = src[j * l.c.col_stride];
+      }
+    });
+  }
+  SgemmInto(l, alpha, use_c ? beta : 0.0f, a, b, out);
+}
+
+// A batch of rows x cols matrices copied to contiguous float32 storage in
+// the orientation it has (so every line converts with unit stride); a
+// matrix shared by the batch (batch stride 0) is converted once.
+template <typename T>
+FloatMatrix StageMatrix(const T* src, const GemmMatrix& matrix,
+                        const BlasView& view, int64_t batch, int64_t rows,
+                        int64_t cols, float* dst) {
+  const int64_t batches = matrix.batch_stride == 0 ? 1 : batch;
+  const int64_t lines = view.trans ? cols : rows;
+  const int64_t length = view.trans ? rows : cols;
+  const bool parallel = batches * lines * length >= kParallelGrain;
+  ParallelFor(batches * lines, parallel, [&](int64_t index) {
+    const int64_t i = index / lines;
+    const int64_t line = index % lines;
+    LoadBlock(src + i * matrix.batch_stride + line * view.ld, 1,
+              dst + index * length, length);
+  });
+  return FloatMatrix{dst, view.trans, length,
+                     matrix.batch_stride == 0 ? 0 : lines * length};
+}
+
+// float16/bfloat16: a, b (and c) are converted to float32 workspaces, the
+// product accumulates in float32 into a float32 result and is rounded into
+// out once. The workspace is a std::vector allocated per call: its size is
+// the operands' (unbounded), and converting them already costs O(size).
+template <typename T>
+void RunReduced(const GemmLayout& l, float alpha, float beta, const T* a,
+                const T* b, const T* c, T* out) {
+  const int64_t a_size = (l.a.batch_stride == 0 ? 1 : l.batch) * l.m * l.k;
+  const int64_t b_size = (l.b.batch_stride == 0 ? 1 : l.batch) * l.k * l.n;
+  const int64_t c_size = l.batch * l.m * l.n;
+  std::vector<float> work(a_size + b_size + c_size);
+  float* wa = work.data();
+  float* wb = wa + a_size;
+  float* wc = wb + b_size;
+  const FloatMatrix fa = StageMatrix(a, l.a, l.a_blas, l.batch, l.m, l.k, wa);
+  const FloatMatrix fb = StageMatrix(b, l.b, l.b_blas, l.batch, l.k, l.n, wb);
+  const bool use_c = l.has_c && beta != 0.0f;
+  const int64_t rows = l.batch * l.m;
+  const bool parallel = c_size >= kParallelGrain;
+  if (use_c) {
+    ParallelFor(rows, parallel, [&](int64_t row) {
+      const int64_t i = row / l.m;
+      const int64_t r = row % l.m;
+      LoadBlock(c + i * l.c.batch_stride + r * l.c.row_stride, l.c.col_stride,
+                wc + row * l.n, l.n);
+    });
+  }
+  SgemmBatch(l.batch, l.m, l.n, l.k, alpha, fa, fb, use_c ? beta : 0.0f, wc,
+             l.n, l.m * l.n);
+  ParallelFor(rows, parallel, [&](int64_t row) {
+    const int64_t i = row / l.m;
+    const int64_t r = row % l.m;
+    StoreBlock(wc + row * l.n,
+               out + i * l.out.batch_stride + r * l.out.row_stride,
+               l.out.col_stride, l.n);
+  });
+}
+
+}  // namespace
+
+void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
+              double beta, const void* a, const void* b, const void* c,
+              void* out) {
+  const int size = DataTypeSize(dtype);
+  POLYOPS_CHECK(!Overlaps(out, l.out_extent, a, l.a_extent, size), "polyops.",
+                op, ": out must not overlap ", l.a_name);
+  POLYOPS_CHECK(!Overlaps(out, l.out_extent, b, l.b_extent, size), "polyops.",
+                op, ": out must not overlap ", l.b_name);
+  POLYOPS_CHECK(!l.has_c || (c == out && l.c_like_out) ||
+                    !Overlaps(out, l.out_extent, c, l.c_extent, size),
+                "polyops.", op, ": out must be ", l.c_name,
+                " itself (same data and strides) or not overlap it");
+  if (l.batch == 0 || l.m == 0 || l.n == 0) return;
+  const auto alpha_f = static_cast<float>(alpha);
+  const auto beta_f = static_cast<float>(beta);
+  DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* ta = static_cast<const T*>(a);
+    const T* tb = static_cast<const T*>(b);
+    const T* tc = static_cast<const T*>(c);
+    T* tout = static_cast<T*>(out);
+    if (l.k == 0 || alpha_f == 0.0f) {
+      FillScaledC(l, beta_f, tc, tout);
+    } else if constexpr (std::is_same_v<T, float>) {
+      RunFloat(l, alpha_f, beta_f, ta, tb, tc, tout);
+    } else {
+      RunReduced(l, alpha_f, beta_f, ta, tb, tc, tout);
+    }
+  });
+}
+
+}  // namespace polyops::cpu

@@ -1,0 +1,21 @@
+// The CPU matrix-product driver behind matmul, gemm and linear: OpenBLAS
+// sgemm (the scipy-openblas32 wheel) on float32 data, float16/bfloat16
+// converted through float32 workspaces.
+#ifndef POLYOPS_CPU_BLAS_GEMM_H_
+#define POLYOPS_CPU_BLAS_GEMM_H_
+
+#include "core/data_type.h"
+#include "core/gemm_layout.h"
+
+namespace polyops::cpu {
+
+// out = alpha * a @ b (+ beta * c when layout.has_c) on the data of a
+// validated layout; c may be null when !layout.has_c. Throws
+// InvalidArgument when out overlaps an input (other than out == c).
+void BlasGemm(const char* op, const GemmLayout& layout, DataType dtype,
+              double alpha, double beta, const void* a, const void* b,
+              const void* c, void* out);
+
+}  // namespace polyops::cpu
+
+#endif  // POLYOPS_CPU_BLAS_GEMM_H_

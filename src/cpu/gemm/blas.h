@@ -1,0 +1,27 @@
+#ifndef POLYOPS_CPU_GEMM_BLAS_H_
+#define POLYOPS_CPU_GEMM_BLAS_H_
+
+#include "base/gemm.h"
+#include "core/operator.h"
+#include "cpu/blas_gemm.h"
+
+namespace polyops {
+
+// Slot 0: OpenBLAS sgemm (see cpu/blas_gemm.cc).
+template <>
+class Operator<Gemm, Device::Type::kCpu, 0> : public Gemm {
+ public:
+  static constexpr const char* kImplementationName = "blas";
+  using Gemm::Gemm;
+
+  void operator()(const Handle&, const Tensor& a, const Tensor& b,
+                  const std::optional<Tensor>& c, double, double, bool, bool,
+                  const std::optional<Tensor>& out) const override {
+    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, a.data(), b.data(),
+                  c ? c->data() : nullptr, out->data());
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_GEMM_BLAS_H_

@@ -1,0 +1,27 @@
+#ifndef POLYOPS_CPU_LINEAR_BLAS_H_
+#define POLYOPS_CPU_LINEAR_BLAS_H_
+
+#include "base/linear.h"
+#include "core/operator.h"
+#include "cpu/blas_gemm.h"
+
+namespace polyops {
+
+// Slot 0: OpenBLAS sgemm (see cpu/blas_gemm.cc).
+template <>
+class Operator<Linear, Device::Type::kCpu, 0> : public Linear {
+ public:
+  static constexpr const char* kImplementationName = "blas";
+  using Linear::Linear;
+
+  void operator()(const Handle&, const Tensor& input, const Tensor& weight,
+                  const std::optional<Tensor>& bias,
+                  const std::optional<Tensor>& out) const override {
+    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, input.data(),
+                  weight.data(), bias ? bias->data() : nullptr, out->data());
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_LINEAR_BLAS_H_

@@ -1,0 +1,26 @@
+#ifndef POLYOPS_CPU_MATMUL_BLAS_H_
+#define POLYOPS_CPU_MATMUL_BLAS_H_
+
+#include "base/matmul.h"
+#include "core/operator.h"
+#include "cpu/blas_gemm.h"
+
+namespace polyops {
+
+// Slot 0: OpenBLAS sgemm (see cpu/blas_gemm.cc).
+template <>
+class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
+ public:
+  static constexpr const char* kImplementationName = "blas";
+  using Matmul::Matmul;
+
+  void operator()(const Handle&, const Tensor& input, const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, input.data(),
+                  other.data(), nullptr, out->data());
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_MATMUL_BLAS_H_
