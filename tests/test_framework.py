@@ -14,7 +14,17 @@ from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
 
-EXPECTED_OPS = ["add", "add_rms_norm", "cast", "mul", "rms_norm", "silu_and_mul", "swiglu"]
+EXPECTED_OPS = [
+    "add",
+    "add_rms_norm",
+    "cast",
+    "flash_attention",
+    "mul",
+    "paged_attention",
+    "rms_norm",
+    "silu_and_mul",
+    "swiglu",
+]
 
 # The CPU slots of the API contract (a build may add more, never lose these).
 EXPECTED_CPU_SLOTS = {
@@ -25,6 +35,8 @@ EXPECTED_CPU_SLOTS = {
     "add_rms_norm": {0: "loop", 1: "omp"},
     "silu_and_mul": {0: "omp"},
     "swiglu": {0: "omp"},
+    "flash_attention": {0: "loop", 1: "omp"},
+    "paged_attention": {0: "omp"},
 }
 
 
@@ -50,6 +62,19 @@ def sample_call(op: str, n: int = 8, **kwargs):
         return fn(x, **kwargs), g / (1 + torch.exp(-g)) * u
     if op == "swiglu":
         return fn(x, x, **kwargs), xd * (xd / (1 + torch.exp(-xd)))
+    if op in ("flash_attention", "paged_attention"):
+        # One head of size n over 3 tokens; key = x / 2, value = x.
+        scores = (xd @ (xd / 2).T) / n**0.5
+        scores = scores.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), -torch.inf)
+        expected = (torch.softmax(scores, -1) @ xd)[:, None, :]
+        q, k = x[:, None, :], (x / 2)[:, None, :]
+        if op == "flash_attention":
+            cu = torch.tensor([0, 3], dtype=torch.int32)
+            return fn(q, k, q, cu_seqlens_q=cu, cu_seqlens_kv=cu, **kwargs), expected
+        # Decode: token b sees the first b + 1 tokens, blocks of one token.
+        lens = torch.tensor([1, 2, 3], dtype=torch.int32)
+        table = torch.tensor([[0, 1, 2]] * 3, dtype=torch.int32)
+        return fn(q, k[:, None], q[:, None], lens, table, **kwargs), expected
     raise AssertionError(op)
 
 
@@ -491,6 +516,23 @@ META_CALLS = {
     ),
     "silu_and_mul": (lambda: polyops.silu_and_mul(torch.ones(3, 8), out=_meta(3, 4)), "out"),
     "swiglu": (lambda: polyops.swiglu(_meta(3, 8), _meta(3, 8)), "input"),
+    "flash_attention": (
+        lambda: polyops.flash_attention(
+            *[torch.ones(3, 1, 8)] * 3,
+            cu_seqlens_q=_meta(2).int(),
+            cu_seqlens_kv=torch.tensor([0, 3], dtype=torch.int32),
+        ),
+        "cu_seqlens_q",
+    ),
+    "paged_attention": (
+        lambda: polyops.paged_attention(
+            _meta(3, 1, 8),
+            *[torch.ones(3, 1, 1, 8)] * 2,
+            torch.ones(3, dtype=torch.int32),
+            torch.zeros(3, 1, dtype=torch.int32),
+        ),
+        "query",
+    ),
 }
 
 

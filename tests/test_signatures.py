@@ -29,6 +29,10 @@ CONTRACT = {
     "add_rms_norm": "(x1, x2, gamma, eps=1e-6, *, y_out=None, x_out=None)",
     "silu_and_mul": "(input, *, out=None)",
     "swiglu": "(input, gate, *, out=None)",
+    "flash_attention": "(query, key, value, *, cu_seqlens_q, cu_seqlens_kv, block_table=None, "
+    "scale=None, causal=True, window_left=-1, window_right=-1, sliding_window=None, out=None)",
+    "paged_attention": "(query, key_cache, value_cache, seq_lens, block_table, *, scale=None, "
+    "seq_lens_host=None, block_table_host=None, out=None)",
 }
 
 

@@ -28,7 +28,9 @@ if _C._torch_version != torch.__version__:
 add = _C.add
 add_rms_norm = _C.add_rms_norm
 cast = _C.cast
+flash_attention = _C.flash_attention
 mul = _C.mul
+paged_attention = _C.paged_attention
 rms_norm = _C.rms_norm
 silu_and_mul = _C.silu_and_mul
 swiglu = _C.swiglu
@@ -128,9 +130,11 @@ __all__ = [
     "clear_cache",
     "default_implementation",
     "devices",
+    "flash_attention",
     "implementations",
     "mul",
     "operators",
+    "paged_attention",
     "rms_norm",
     "set_cache_capacity",
     "set_default_implementation",
