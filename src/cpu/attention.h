@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -141,10 +142,10 @@ struct AttentionTile {
 
 // Tile sizes. A tile has at most kTileFloats / head_size (and kMaxTileRows)
 // query rows; keys stream through in kKeyTile pieces. The stack holds
-// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (~130 KiB) per thread.
+// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (192 KiB) per thread.
 inline constexpr int64_t kKeyTile = 32;
 inline constexpr int64_t kMaxTileHead = 256;
-inline constexpr int64_t kTileFloats = 8192;
+inline constexpr int64_t kTileFloats = 16384;
 inline constexpr int64_t kMaxTileRows = 128;
 
 inline int64_t MaxTileRows(int64_t head_size) {
@@ -161,6 +162,122 @@ POLYOPS_INLINE const T* KvRow(const T* base, int64_t stride_block,
            (j % block_size) * stride_token + kv_head * stride_head;
   }
   return base + (seq.kv_start + j) * stride_token + kv_head * stride_head;
+}
+
+// Sixteen floats as a GCC vector: locals of this type stay in registers
+// (one zmm, two ymm or four xmm, whatever the variant's ISA has), which
+// plain float arrays in a loop do not. Element-wise operations only, so
+// every ISA variant computes the same bits.
+typedef float Float16v __attribute__((vector_size(64)));
+typedef int32_t Int16v __attribute__((vector_size(64)));
+inline constexpr int64_t kLanes = 16;
+
+POLYOPS_INLINE Float16v LoadV(const float* p) {
+  Float16v v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+POLYOPS_INLINE void StoreV(float* p, Float16v v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// exp(x) for x <= 0 (and -inf), 16 at a time: 2^n * p(r) with x = n ln2 +
+// r, |r| <= ln2 / 2, p a degree-6 Taylor polynomial (relative error below
+// 2e-7); x < -87 gives 0.
+POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
+  const Float16v floor_value = Float16v{} - 87.0f;
+  const Int16v keep = x >= floor_value;  // all ones where x >= -87
+  const Float16v clamped = keep ? x : floor_value;
+  // Truncating x * log2(e) - 0.5 (<= 0) rounds x * log2(e) to nearest.
+  const Int16v n =
+      __builtin_convertvector(clamped * 1.44269504088896341f - 0.5f, Int16v);
+  const Float16v nf = __builtin_convertvector(n, Float16v);
+  // ln2 in two parts: n * 0.693359375 is exact for |n| <= 127.
+  const Float16v r = (clamped - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  Float16v p = Float16v{} + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const Int16v bits = (n + 127) << 23;
+  Float16v scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const Float16v result = p * scale;
+  return keep ? result : Float16v{};
+}
+
+POLYOPS_INLINE float ExpNonPositive(float x) {
+  Float16v v = Float16v{} + x;
+  return ExpNonPositive(v)[0];
+}
+
+// Query rows scored together against one staged key piece: each key row
+// loaded serves kScoreRows accumulators held in registers.
+inline constexpr int64_t kScoreRows = 4;
+
+// s[r * kKeyTile + c] = scale * dot(q row r, key c) for r < count (<=
+// kScoreRows); kt holds the piece transposed, d_size rows of kKeyTile.
+static_assert(kKeyTile == 2 * kLanes, "ScoreRows holds a piece in 2 vectors");
+
+POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
+                              int64_t count, float scale, float* s) {
+  if (count == kScoreRows) {
+    Float16v a0{}, b0{}, a1{}, b1{}, a2{}, b2{}, a3{}, b3{};
+    for (int64_t d = 0; d < d_size; ++d) {
+      const Float16v ka = LoadV(kt + d * kKeyTile);
+      const Float16v kb = LoadV(kt + d * kKeyTile + kLanes);
+      const float q0 = q[d], q1 = q[d_size + d], q2 = q[2 * d_size + d],
+                  q3 = q[3 * d_size + d];
+      a0 += q0 * ka, b0 += q0 * kb;
+      a1 += q1 * ka, b1 += q1 * kb;
+      a2 += q2 * ka, b2 += q2 * kb;
+      a3 += q3 * ka, b3 += q3 * kb;
+    }
+    StoreV(s, a0 * scale), StoreV(s + kLanes, b0 * scale);
+    StoreV(s + kKeyTile, a1 * scale), StoreV(s + kKeyTile + kLanes, b1 * scale);
+    StoreV(s + 2 * kKeyTile, a2 * scale);
+    StoreV(s + 2 * kKeyTile + kLanes, b2 * scale);
+    StoreV(s + 3 * kKeyTile, a3 * scale);
+    StoreV(s + 3 * kKeyTile + kLanes, b3 * scale);
+    return;
+  }
+  for (int64_t r = 0; r < count; ++r) {
+    Float16v a{}, b{};
+    for (int64_t d = 0; d < d_size; ++d) {
+      const float qd = q[r * d_size + d];
+      a += qd * LoadV(kt + d * kKeyTile);
+      b += qd * LoadV(kt + d * kKeyTile + kLanes);
+    }
+    StoreV(s + r * kKeyTile, a * scale);
+    StoreV(s + r * kKeyTile + kLanes, b * scale);
+  }
+}
+
+// o = o * correction + sum_c p[c] * v[c] over n value rows, 32 dims at a
+// time held in registers across the rows (each dim sums in key order).
+POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
+                                     const float* p, const float* vs,
+                                     int64_t n) {
+  int64_t d0 = 0;
+  for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
+    Float16v a = LoadV(o + d0) * correction;
+    Float16v b = LoadV(o + d0 + kLanes) * correction;
+    for (int64_t c = 0; c < n; ++c) {
+      const float* v = vs + c * d_size + d0;
+      a += p[c] * LoadV(v);
+      b += p[c] * LoadV(v + kLanes);
+    }
+    StoreV(o + d0, a);
+    StoreV(o + d0 + kLanes, b);
+  }
+  for (int64_t d = d0; d < d_size; ++d) {
+    float value = o[d] * correction;
+    for (int64_t c = 0; c < n; ++c) value += p[c] * vs[c * d_size + d];
+    o[d] = value;
+  }
 }
 
 // FlashAttention-style tile: stage the tile's queries as float, stream the
@@ -181,7 +298,7 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   alignas(64) float acc[kTileFloats];
   alignas(64) float kt[kMaxTileHead * kKeyTile];
   alignas(64) float vs[kKeyTile * kMaxTileHead];
-  alignas(64) float s[kKeyTile];
+  alignas(64) float s[kScoreRows * kKeyTile];
   float row_max[kMaxTileRows];
   float row_sum[kMaxTileRows];
 
@@ -229,47 +346,36 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     // Rows whose visible range covers the whole piece need no mask.
     const bool unmasked =
         n == kKeyTile && c0 >= last_range.lo && c0 + n - 1 <= first_range.hi;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* q = qs + r * d_size;
-      for (int64_t c = 0; c < kKeyTile; ++c) s[c] = 0.0f;
-      for (int64_t d = 0; d < d_size; ++d) {
-        const float qd = q[d];
-        const float* k = kt + d * kKeyTile;
-        for (int64_t c = 0; c < kKeyTile; ++c) s[c] += qd * k[c];
-      }
-      for (int64_t c = 0; c < kKeyTile; ++c) s[c] *= a.scale;
-      if (!unmasked) {
-        const KeyRange range =
-            VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
-                        seq.kv_len, a.causal, a.window_left, a.window_right);
-        for (int64_t c = 0; c < kKeyTile; ++c) {
-          const int64_t j = c0 + c;
-          if (c >= n || j < range.lo || j > range.hi) s[c] = kNegInf;
+    for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows) {
+      const int64_t count = std::min(kScoreRows, rows - r0);
+      ScoreRows(qs + r0 * d_size, d_size, kt, count, a.scale, s);
+      for (int64_t r = r0; r < r0 + count; ++r) {
+        float* sr = s + (r - r0) * kKeyTile;
+        if (!unmasked) {
+          const KeyRange range =
+              VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
+                          seq.kv_len, a.causal, a.window_left, a.window_right);
+          for (int64_t c = 0; c < kKeyTile; ++c) {
+            const int64_t j = c0 + c;
+            if (c >= n || j < range.lo || j > range.hi) sr[c] = kNegInf;
+          }
         }
-      }
-      float piece_max = kNegInf;
-      for (int64_t c = 0; c < kKeyTile; ++c) {
-        piece_max = std::max(piece_max, s[c]);
-      }
-      const float new_max = std::max(row_max[r], piece_max);
-      if (new_max == kNegInf) continue;  // nothing visible yet
-      const float correction = std::exp(row_max[r] - new_max);
-      float piece_sum = 0.0f;
-      for (int64_t c = 0; c < kKeyTile; ++c) {
-        s[c] = std::exp(s[c] - new_max);
-        piece_sum += s[c];
-      }
-      row_sum[r] = row_sum[r] * correction + piece_sum;
-      row_max[r] = new_max;
-      float* o = acc + r * d_size;
-      if (correction != 1.0f) {
-        for (int64_t d = 0; d < d_size; ++d) o[d] *= correction;
-      }
-      for (int64_t c = 0; c < n; ++c) {
-        const float p = s[c];
-        if (p == 0.0f) continue;
-        const float* v = vs + c * d_size;
-        for (int64_t d = 0; d < d_size; ++d) o[d] += p * v[d];
+        const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
+        const Float16v wide_max = lo > hi ? lo : hi;
+        float piece_max = kNegInf;
+        for (int64_t c = 0; c < kLanes; ++c) {
+          piece_max = std::max(piece_max, wide_max[c]);
+        }
+        const float new_max = std::max(row_max[r], piece_max);
+        if (new_max == kNegInf) continue;  // nothing visible yet
+        const float correction = ExpNonPositive(row_max[r] - new_max);
+        StoreV(sr, ExpNonPositive(lo - new_max));
+        StoreV(sr + kLanes, ExpNonPositive(hi - new_max));
+        float piece_sum = 0.0f;
+        for (int64_t c = 0; c < kKeyTile; ++c) piece_sum += sr[c];
+        row_sum[r] = row_sum[r] * correction + piece_sum;
+        row_max[r] = new_max;
+        AccumulateValues(acc + r * d_size, d_size, correction, sr, vs, n);
       }
     }
   }
