@@ -24,7 +24,8 @@ namespace polyops {
 //           or, with block_table, paged caches [num_blocks, block_size, Hkv,
 //           D]: token j of sequence b lives in block block_table[b][j //
 //           block_size] at offset j % block_size. Hq % Hkv == 0 (query head
-//           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256.
+//           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256
+//           (NotImplementedError above).
 //   cu_seqlens_q, cu_seqlens_kv: int32 [B+1], contiguous, starting at 0 and
 //           non-decreasing; the last entry of cu_seqlens_q is Tq and, without
 //           block_table, the last entry of cu_seqlens_kv is Tkv. With
@@ -88,9 +89,14 @@ class FlashAttention : public OperatorBase {
         key.size(-1) == head_size_,
         "polyops.flash_attention: key must have head size D = ", head_size_,
         " (the last dim of query), got ", key.ShapeString());
-    POLYOPS_CHECK(head_size_ >= 1 && head_size_ <= kMaxHeadSize,
-                  "polyops.flash_attention: query's head size must be in [1, ",
-                  kMaxHeadSize, "], got ", head_size_);
+    POLYOPS_CHECK(
+        head_size_ >= 1,
+        "polyops.flash_attention: query's head size must be >= 1, got ",
+        head_size_);
+    POLYOPS_CHECK_T(head_size_ <= kMaxHeadSize, NotImplemented,
+                    "polyops.flash_attention is not supported for head size ",
+                    head_size_, " because the kernels' tiles hold at most ",
+                    kMaxHeadSize);
     POLYOPS_CHECK(
         num_kv_heads_ >= 1 && num_heads_ % num_kv_heads_ == 0,
         "polyops.flash_attention: the number of query heads (", num_heads_,

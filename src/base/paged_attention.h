@@ -23,7 +23,8 @@ namespace polyops {
 //   key_cache, value_cache: [num_blocks, block_size, Hkv, D], query's dtype;
 //           token j of sequence b lives in block block_table[b][j //
 //           block_size] at offset j % block_size. Hq % Hkv == 0 (query head
-//           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256.
+//           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256
+//           (NotImplementedError above).
 //   seq_lens: int32 [B], contiguous; 0 <= seq_lens[b] <= max_blocks *
 //           block_size (ValueError otherwise). A sequence of length 0 gets
 //           zeros.
@@ -84,9 +85,14 @@ class PagedAttention : public OperatorBase {
                   "polyops.paged_attention: key_cache must have head size D = ",
                   head_size_, " (the last dim of query), got ",
                   key_cache.ShapeString());
-    POLYOPS_CHECK(head_size_ >= 1 && head_size_ <= kMaxHeadSize,
-                  "polyops.paged_attention: query's head size must be in [1, ",
-                  kMaxHeadSize, "], got ", head_size_);
+    POLYOPS_CHECK(
+        head_size_ >= 1,
+        "polyops.paged_attention: query's head size must be >= 1, got ",
+        head_size_);
+    POLYOPS_CHECK_T(head_size_ <= kMaxHeadSize, NotImplemented,
+                    "polyops.paged_attention is not supported for head size ",
+                    head_size_, " because the kernels' tiles hold at most ",
+                    kMaxHeadSize);
     POLYOPS_CHECK(
         num_kv_heads_ >= 1 && num_heads_ % num_kv_heads_ == 0,
         "polyops.paged_attention: the number of query heads (", num_heads_,
