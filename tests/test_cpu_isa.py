@@ -1,4 +1,5 @@
-"""The row kernels exist in baseline, AVX2 and AVX-512 builds, chosen at run time.
+"""The row kernels and the attention tile kernel exist in baseline, AVX2 and AVX-512
+builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
 and must give the same bits as the others (the build does not contract
@@ -25,6 +26,13 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     y, s = polyops.add_rms_norm(x, r, w, 1e-6, implementation_index=1)
     out[f"add_rms_norm_{dtype}"] = y
     out[f"residual_{dtype}"] = s
+    h = torch.Generator().manual_seed(3)  # keeps g's draws those the test redoes
+    q = torch.randn(70, 8, 128, generator=h).to(dtype)
+    k = torch.randn(90, 2, 128, generator=h).to(dtype)
+    v = torch.randn(90, 2, 128, generator=h).to(dtype)
+    cq = torch.tensor([0, 5, 70], dtype=torch.int32)
+    ck = torch.tensor([0, 20, 90], dtype=torch.int32)
+    out[f"attention_{dtype}"] = polyops.flash_attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
 torch.save(out, sys.argv[1])
 """
 
@@ -57,3 +65,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
+        # flash_attention's tile kernel (checked against float64 in test_attention.py).
+        key = f"attention_{dtype}"
+        for isa in ("avx2", "all"):
+            assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"

@@ -22,10 +22,12 @@ EXPECTED_OPS = sorted(
         "cast",
         "cat",
         "causal_softmax",
+        "flash_attention",
         "gemm",
         "linear",
         "matmul",
         "mul",
+        "paged_attention",
         "reshape_and_cache",
         "rms_norm",
         "rotary_embedding",
@@ -53,6 +55,8 @@ EXPECTED_CPU_SLOTS = {
     "matmul": {0: "blas"},
     "gemm": {0: "blas"},
     "linear": {0: "blas"},
+    "flash_attention": {0: "loop", 1: "omp"},
+    "paged_attention": {0: "omp"},
 }
 
 
@@ -109,6 +113,19 @@ def sample_call(op: str, n: int = 8, **kwargs):
         return fn(x, x.T.contiguous(), **kwargs), xd @ xd.T
     if op == "linear":
         return fn(x, x, **kwargs), xd @ xd.T
+    if op in ("flash_attention", "paged_attention"):
+        # One head of size n over 3 tokens; key = x / 2, value = x.
+        scores = (xd @ (xd / 2).T) / n**0.5
+        scores = scores.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), -torch.inf)
+        expected = (torch.softmax(scores, -1) @ xd)[:, None, :]
+        q, k = x[:, None, :], (x / 2)[:, None, :]
+        if op == "flash_attention":
+            cu = torch.tensor([0, 3], dtype=torch.int32)
+            return fn(q, k, q, cu_seqlens_q=cu, cu_seqlens_kv=cu, **kwargs), expected
+        # Decode: token b sees the first b + 1 tokens, blocks of one token.
+        lens = torch.tensor([1, 2, 3], dtype=torch.int32)
+        table = torch.tensor([[0, 1, 2]] * 3, dtype=torch.int32)
+        return fn(q, k[:, None], q[:, None], lens, table, **kwargs), expected
     raise AssertionError(op)
 
 
@@ -587,6 +604,23 @@ META_CALLS = {
     "matmul": (lambda: polyops.matmul(_meta(3, 8), _meta(8, 4)), "input"),
     "gemm": (lambda: polyops.gemm(_meta(3, 8), _meta(8, 4)), "a"),
     "linear": (lambda: polyops.linear(_meta(3, 8), _meta(4, 8)), "input"),
+    "flash_attention": (
+        lambda: polyops.flash_attention(
+            *[torch.ones(3, 1, 8)] * 3,
+            cu_seqlens_q=_meta(2).int(),
+            cu_seqlens_kv=torch.tensor([0, 3], dtype=torch.int32),
+        ),
+        "cu_seqlens_q",
+    ),
+    "paged_attention": (
+        lambda: polyops.paged_attention(
+            _meta(3, 1, 8),
+            *[torch.ones(3, 1, 1, 8)] * 2,
+            torch.ones(3, dtype=torch.int32),
+            torch.zeros(3, 1, dtype=torch.int32),
+        ),
+        "query",
+    ),
 }
 
 

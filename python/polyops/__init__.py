@@ -39,6 +39,9 @@ linear = _C.linear
 matmul = _C.matmul
 mul = _C.mul
 reshape_and_cache = _C.reshape_and_cache
+flash_attention = _C.flash_attention
+mul = _C.mul
+paged_attention = _C.paged_attention
 rms_norm = _C.rms_norm
 rotary_embedding = _C.rotary_embedding
 silu_and_mul = _C.silu_and_mul
@@ -144,12 +147,14 @@ __all__ = [
     "default_implementation",
     "devices",
     "gemm",
+    "flash_attention",
     "implementations",
     "linear",
     "matmul",
     "mul",
     "operators",
     "reshape_and_cache",
+    "paged_attention",
     "rms_norm",
     "rotary_embedding",
     "set_cache_capacity",

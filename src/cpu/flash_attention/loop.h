@@ -1,0 +1,99 @@
+#ifndef POLYOPS_CPU_FLASH_ATTENTION_LOOP_H_
+#define POLYOPS_CPU_FLASH_ATTENTION_LOOP_H_
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/flash_attention.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/attention.h"
+#include "cpu/convert.h"
+
+namespace polyops {
+
+// Slot 0: the reference. One query row at a time on one thread: the scores
+// of its visible keys, their softmax, the weighted sum of values, all in
+// float32.
+template <>
+class Operator<FlashAttention, Device::Type::kCpu, 0> : public FlashAttention {
+ public:
+  static constexpr const char* kImplementationName = "loop";
+  using FlashAttention::FlashAttention;
+
+  void operator()(const Handle&, const Tensor& query, const Tensor& key,
+                  const Tensor& value, const Tensor& cu_seqlens_q,
+                  const Tensor& cu_seqlens_kv,
+                  const std::optional<Tensor>& block_table,
+                  std::optional<double>, bool, int64_t, int64_t,
+                  std::optional<int64_t>,
+                  const std::optional<Tensor>& out) const override {
+    std::vector<cpu::AttentionSequence> sequences;
+    cpu::ReadVarlenSequences(cu_seqlens_q.data_as<int32_t>(),
+                             cu_seqlens_kv.data_as<int32_t>(), batch_,
+                             num_tokens_q_, num_tokens_kv_,
+                             paged_ ? block_table->data_as<int32_t>() : nullptr,
+                             paged_ ? block_table->stride(0) : 0, max_blocks_,
+                             block_size_, num_blocks_, &sequences);
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.flash_attention", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const int64_t group = num_heads_ / num_kv_heads_;
+          const int kv_token_dim = paged_ ? 1 : 0;
+          std::vector<float> scores;
+          std::vector<float> accumulator(head_size_);
+          for (const cpu::AttentionSequence& seq : sequences) {
+            scores.resize(seq.kv_len);
+            for (int64_t h = 0; h < num_heads_; ++h) {
+              const int64_t kv_head = h / group;
+              for (int64_t i = 0; i < seq.q_len; ++i) {
+                const T* q = query.data_as<T>() +
+                             (seq.q_start + i) * query.stride(0) +
+                             h * query.stride(1);
+                const cpu::KeyRange range =
+                    cpu::VisibleKeys(i, seq.q_len, seq.kv_len, causal_,
+                                     window_left_, window_right_);
+                float max_score = -INFINITY;
+                for (int64_t j = range.lo; j <= range.hi; ++j) {
+                  const T* k =
+                      cpu::KvRow(key.data_as<T>(), paged_ ? key.stride(0) : 0,
+                                 key.stride(kv_token_dim), key.stride(-2), seq,
+                                 block_size_, j, kv_head);
+                  float dot = 0.0f;
+                  for (int64_t d = 0; d < head_size_; ++d) {
+                    dot += cpu::Load(q + d) * cpu::Load(k + d);
+                  }
+                  scores[j] = dot * scale_;
+                  max_score = std::max(max_score, scores[j]);
+                }
+                float sum = 0.0f;
+                std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+                for (int64_t j = range.lo; j <= range.hi; ++j) {
+                  const float p = std::exp(scores[j] - max_score);
+                  sum += p;
+                  const T* v = cpu::KvRow(
+                      value.data_as<T>(), paged_ ? value.stride(0) : 0,
+                      value.stride(kv_token_dim), value.stride(-2), seq,
+                      block_size_, j, kv_head);
+                  for (int64_t d = 0; d < head_size_; ++d) {
+                    accumulator[d] += p * cpu::Load(v + d);
+                  }
+                }
+                // No visible key: sum stays 0 and the row is zeros.
+                const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+                T* o = out->data_as<T>() + (seq.q_start + i) * out->stride(0) +
+                       h * out->stride(1);
+                for (int64_t d = 0; d < head_size_; ++d) {
+                  cpu::Store(o + d, accumulator[d] * inverse);
+                }
+              }
+            }
+          }
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_FLASH_ATTENTION_LOOP_H_

@@ -1,0 +1,85 @@
+#ifndef POLYOPS_CPU_FLASH_ATTENTION_OMP_H_
+#define POLYOPS_CPU_FLASH_ATTENTION_OMP_H_
+
+#include <vector>
+
+#include "base/flash_attention.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/attention.h"
+
+namespace polyops {
+
+// Slot 1: blocked online softmax (cpu::AttendTile). Tiles of query tokens x
+// the query heads of one kv head stream the kv tiles they can see (tiles
+// wholly outside the causal / window range are skipped), spread over OpenMP
+// threads by (sequence, kv head, query tile); AVX2 / AVX-512 variants chosen
+// at run time.
+template <>
+class Operator<FlashAttention, Device::Type::kCpu, 1> : public FlashAttention {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using FlashAttention::FlashAttention;
+
+  void operator()(const Handle&, const Tensor& query, const Tensor& key,
+                  const Tensor& value, const Tensor& cu_seqlens_q,
+                  const Tensor& cu_seqlens_kv,
+                  const std::optional<Tensor>& block_table,
+                  std::optional<double>, bool, int64_t, int64_t,
+                  std::optional<int64_t>,
+                  const std::optional<Tensor>& out) const override {
+    std::vector<cpu::AttentionSequence> sequences;
+    cpu::ReadVarlenSequences(cu_seqlens_q.data_as<int32_t>(),
+                             cu_seqlens_kv.data_as<int32_t>(), batch_,
+                             num_tokens_q_, num_tokens_kv_,
+                             paged_ ? block_table->data_as<int32_t>() : nullptr,
+                             paged_ ? block_table->stride(0) : 0, max_blocks_,
+                             block_size_, num_blocks_, &sequences);
+    const int64_t group = num_heads_ / num_kv_heads_;
+    std::vector<cpu::AttentionTile> tiles;
+    int64_t work = 0;
+    for (int64_t b = 0; b < batch_; ++b) {
+      cpu::AppendTiles(sequences[b], b, num_kv_heads_, group, head_size_,
+                       &tiles);
+      work += sequences[b].q_len * sequences[b].kv_len;
+    }
+    const bool parallel =
+        work * num_heads_ * head_size_ >= cpu::kAttentionParallelWork;
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.flash_attention", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const int kv_token_dim = paged_ ? 1 : 0;
+          const cpu::AttentionArgs<T> args{query.data_as<T>(),
+                                           query.stride(0),
+                                           query.stride(1),
+                                           out->data_as<T>(),
+                                           out->stride(0),
+                                           out->stride(1),
+                                           key.data_as<T>(),
+                                           paged_ ? key.stride(0) : 0,
+                                           key.stride(kv_token_dim),
+                                           key.stride(-2),
+                                           value.data_as<T>(),
+                                           paged_ ? value.stride(0) : 0,
+                                           value.stride(kv_token_dim),
+                                           value.stride(-2),
+                                           head_size_,
+                                           group,
+                                           paged_ ? block_size_ : 0,
+                                           scale_,
+                                           causal_,
+                                           window_left_,
+                                           window_right_};
+          cpu::RunTiles(args, sequences, tiles, parallel);
+        });
+  }
+};
+
+template <>
+struct DefaultImplementation<FlashAttention, Device::Type::kCpu> {
+  static constexpr int kIndex = 1;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_FLASH_ATTENTION_OMP_H_

@@ -1,0 +1,88 @@
+#ifndef POLYOPS_CPU_PAGED_ATTENTION_OMP_H_
+#define POLYOPS_CPU_PAGED_ATTENTION_OMP_H_
+
+#include <vector>
+
+#include "base/paged_attention.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cpu/attention.h"
+
+namespace polyops {
+
+// Slot 0: OpenMP over sequences x kv heads. The query heads of one kv head
+// form one tile (cpu::AttendTile with a single query token), so each cached
+// key/value row is read and converted once for the whole group; online
+// softmax over kv pieces, float32 accumulation.
+template <>
+class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
+ public:
+  static constexpr const char* kImplementationName = "omp";
+  using PagedAttention::PagedAttention;
+
+  void operator()(const Handle&, const Tensor& query, const Tensor& key_cache,
+                  const Tensor& value_cache, const Tensor& seq_lens,
+                  const Tensor& block_table, std::optional<double>,
+                  const std::optional<Tensor>& seq_lens_host,
+                  const std::optional<Tensor>& block_table_host,
+                  const std::optional<Tensor>& out) const override {
+    // The host copies, when given, hold the same values; on CPU either
+    // works, and reading them keeps the CPU path the one a device backend
+    // takes.
+    const Tensor& lens = seq_lens_host ? *seq_lens_host : seq_lens;
+    const Tensor& table = block_table_host ? *block_table_host : block_table;
+    const int32_t* lens_data = lens.data_as<int32_t>();
+    const int32_t* table_data = table.data_as<int32_t>();
+    const int64_t group = num_heads_ / num_kv_heads_;
+    std::vector<cpu::AttentionSequence> sequences(batch_);
+    std::vector<cpu::AttentionTile> tiles;
+    int64_t work = 0;
+    for (int64_t b = 0; b < batch_; ++b) {
+      const char* lens_name = seq_lens_host ? "seq_lens_host" : "seq_lens";
+      POLYOPS_CHECK(lens_data[b] >= 0, "polyops.paged_attention: ", lens_name,
+                    "[", b, "] must be >= 0, got ", lens_data[b]);
+      cpu::AttentionSequence& seq = sequences[b];
+      seq.q_start = b;
+      seq.q_len = 1;
+      seq.kv_len = lens_data[b];
+      seq.blocks = table_data + b * table.stride(0);
+      cpu::CheckBlocks(
+          kName, block_table_host ? "block_table_host" : "block_table",
+          seq.blocks, b, seq.kv_len, max_blocks_, block_size_, num_blocks_);
+      cpu::AppendTiles(seq, b, num_kv_heads_, group, head_size_, &tiles);
+      work += seq.kv_len;
+    }
+    const bool parallel =
+        work * num_heads_ * head_size_ >= cpu::kAttentionParallelWork;
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.paged_attention", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const cpu::AttentionArgs<T> args{query.data_as<T>(),
+                                           query.stride(0),
+                                           query.stride(1),
+                                           out->data_as<T>(),
+                                           out->stride(0),
+                                           out->stride(1),
+                                           key_cache.data_as<T>(),
+                                           key_cache.stride(0),
+                                           key_cache.stride(1),
+                                           key_cache.stride(2),
+                                           value_cache.data_as<T>(),
+                                           value_cache.stride(0),
+                                           value_cache.stride(1),
+                                           value_cache.stride(2),
+                                           head_size_,
+                                           group,
+                                           block_size_,
+                                           scale_,
+                                           /*causal=*/false,
+                                           /*window_left=*/-1,
+                                           /*window_right=*/-1};
+          cpu::RunTiles(args, sequences, tiles, parallel);
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CPU_PAGED_ATTENTION_OMP_H_
