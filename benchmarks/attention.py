@@ -1,0 +1,430 @@
+"""Prefill and decode attention: polyops.flash_attention / paged_attention against torch SDPA.
+
+Measures in one process, interleaved, on the same data:
+
+* **prefill**: ``polyops.flash_attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+  causal=True, out=o)`` on packed token-major q, k, v [B * T, H, D] against
+  ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`` on
+  contiguous [B, H, T, D] copies of the same values (made before timing; torch
+  allocates its output). B sequences of T tokens each, H = 32 heads (q and kv),
+  D = 128; default cases (B, T) = (1, 2048) and (4, 512), float32 and bfloat16.
+  GFLOP/s counts the visible (causal) query-key pairs: 4 * D * H * B * T * (T + 1) / 2.
+* **decode**: ``polyops.paged_attention(q, key_cache, value_cache, seq_lens, block_table,
+  out=o)``, q [B, Hq, D], caches [num_blocks, 16, Hkv, D] against torch's route
+  for the same paged cache: gather ``key_cache[block_table]`` (and value) into
+  [B, ctx, Hkv, D], view it as [B, Hkv, ctx, D] and call SDPA with
+  ``enable_gqa=True`` (q as [B, Hq, 1, D], no mask). B = 16 sequences of ctx =
+  2048 cached tokens, Hq = 32, Hkv = 8, D = 128, block 16, a random block table
+  (a permutation of all blocks), float32 and bfloat16. GB/s counts the cache
+  bytes attention must read: 2 * B * ctx * Hkv * D * itemsize (the gather's
+  extra traffic is torch's cost, not counted).
+
+Every polyops output is checked against torch before anything is timed.
+"ratio" = median over repeats of torch_time / polyops_time (adjacent samples),
+so > 1 means polyops is faster.
+
+Targets (from the issue): prefill ratio >= 1.0, decode ratio >= 2.0, each case
+and dtype; printed as PASS/MISS (exit status stays 0). If this polyops build
+lacks an op, its rows say "not available in this build" and the run goes on.
+
+Usage::
+
+    python benchmarks/attention.py               # full run, JSON to benchmarks/results/
+    python benchmarks/attention.py --quick       # smoke test (short sequences, few repeats)
+    python benchmarks/attention.py --prefill 2x1024,1x512 --dtypes f32 --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from _common import (
+    Timing,
+    add_json_argument,
+    load_average,
+    measure,
+    paired_ratio,
+    positive_int,
+    print_table,
+    verdict,
+    write_json,
+)
+
+import polyops
+
+PREFILL_TARGET = 1.0
+DECODE_TARGET = 2.0
+HEADS = 32
+HEAD_SIZE = 128
+DECODE_KV_HEADS = 8
+BLOCK = 16
+DTYPES: dict[str, torch.dtype] = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+NOT_AVAILABLE = "not available in this build"
+
+sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    if dtype == torch.float32:
+        return {"rtol": 1e-4, "atol": 1e-4}
+    return {"rtol": 2e-2, "atol": 2e-2}
+
+
+def _timed(
+    mine: Callable[[], object],
+    ref: Callable[[], object],
+    *,
+    mine_name: str,
+    ref_name: str,
+    repeats: int,
+    target_s: float,
+) -> tuple[Timing, Timing, float]:
+    timings = measure(
+        {mine_name: mine, ref_name: ref}, repeats=repeats, target_s=target_s, warmup=1
+    )
+    mine_t, ref_t = timings[mine_name], timings[ref_name]
+    return mine_t, ref_t, paired_ratio(ref_t, mine_t)
+
+
+def bench_prefill(
+    batch: int, tokens: int, dtype_name: str, *, repeats: int, target_s: float
+) -> dict[str, Any]:
+    """flash_attention against SDPA(is_causal=True) for B sequences of T tokens."""
+    dtype = DTYPES[dtype_name]
+    gen = torch.Generator().manual_seed(0)
+    total = batch * tokens
+    q, k, v = (torch.randn(total, HEADS, HEAD_SIZE, generator=gen).to(dtype) for _ in range(3))
+    cu = torch.arange(0, total + 1, tokens, dtype=torch.int32)
+    out = torch.empty_like(q)
+
+    def to_bhtd(x: torch.Tensor) -> torch.Tensor:
+        return x.view(batch, tokens, HEADS, HEAD_SIZE).transpose(1, 2).contiguous()
+
+    qb, kb, vb = to_bhtd(q), to_bhtd(k), to_bhtd(v)
+    flops = 4 * HEAD_SIZE * HEADS * batch * tokens * (tokens + 1) // 2
+    entry: dict[str, Any] = {
+        "kind": "prefill",
+        "case": f"B{batch} T{tokens} H{HEADS} D{HEAD_SIZE}",
+        "dtype": dtype_name,
+        "flops": flops,
+        "target": PREFILL_TARGET,
+        "reference": "SDPA(is_causal=True)",
+    }
+    if not hasattr(polyops, "flash_attention"):
+        return {**entry, "available": False}
+
+    def mine() -> object:
+        return polyops.flash_attention(
+            q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, causal=True, out=out
+        )
+
+    def ref() -> torch.Tensor:
+        return sdpa(qb, kb, vb, is_causal=True)
+
+    mine()
+    expected = ref().transpose(1, 2).reshape(total, HEADS, HEAD_SIZE)
+    torch.testing.assert_close(out.float(), expected.float(), **_tol(dtype))
+    mine_t, ref_t, ratio = _timed(
+        mine,
+        ref,
+        mine_name="polyops.flash_attention",
+        ref_name=entry["reference"],
+        repeats=repeats,
+        target_s=target_s,
+    )
+    return {
+        **entry,
+        "available": True,
+        "mine": mine_t,
+        "ref": ref_t,
+        "ratio": ratio,
+        "result": verdict(ratio >= PREFILL_TARGET),
+    }
+
+
+def bench_decode(
+    batch: int, context: int, dtype_name: str, *, repeats: int, target_s: float
+) -> dict[str, Any]:
+    """paged_attention against gather + SDPA(enable_gqa=True), B sequences of `context`."""
+    dtype = DTYPES[dtype_name]
+    gen = torch.Generator().manual_seed(0)
+    max_blocks = -(-context // BLOCK)
+    num_blocks = batch * max_blocks
+    shape = (num_blocks, BLOCK, DECODE_KV_HEADS, HEAD_SIZE)
+    key_cache = torch.randn(shape, generator=gen).to(dtype)
+    value_cache = torch.randn(shape, generator=gen).to(dtype)
+    query = torch.randn(batch, HEADS, HEAD_SIZE, generator=gen).to(dtype)
+    block_table = torch.randperm(num_blocks, generator=gen).view(batch, max_blocks).to(torch.int32)
+    seq_lens = torch.full((batch,), context, dtype=torch.int32)
+    out = torch.empty_like(query)
+    index = block_table.long()
+    q4 = query.unsqueeze(2)
+    kv_bytes = 2 * batch * context * DECODE_KV_HEADS * HEAD_SIZE * key_cache.element_size()
+    entry: dict[str, Any] = {
+        "kind": "decode",
+        "case": f"B{batch} ctx{context} Hq{HEADS} Hkv{DECODE_KV_HEADS} D{HEAD_SIZE} blk{BLOCK}",
+        "dtype": dtype_name,
+        "kv_bytes": kv_bytes,
+        "target": DECODE_TARGET,
+        "reference": "gather + SDPA(gqa)",
+    }
+    if not hasattr(polyops, "paged_attention"):
+        return {**entry, "available": False}
+
+    def mine() -> object:
+        return polyops.paged_attention(
+            query, key_cache, value_cache, seq_lens, block_table, out=out
+        )
+
+    def gathered(cache: torch.Tensor) -> torch.Tensor:
+        # [B, max_blocks, BLOCK, Hkv, D] copy -> [B, Hkv, ctx, D] view
+        rows = cache[index].view(batch, max_blocks * BLOCK, DECODE_KV_HEADS, HEAD_SIZE)
+        return rows[:, :context].transpose(1, 2)
+
+    def ref() -> torch.Tensor:
+        return sdpa(q4, gathered(key_cache), gathered(value_cache), enable_gqa=True)
+
+    mine()
+    torch.testing.assert_close(out.float(), ref().squeeze(2).float(), **_tol(dtype))
+    mine_t, ref_t, ratio = _timed(
+        mine,
+        ref,
+        mine_name="polyops.paged_attention",
+        ref_name=entry["reference"],
+        repeats=repeats,
+        target_s=target_s,
+    )
+    return {
+        **entry,
+        "available": True,
+        "mine": mine_t,
+        "ref": ref_t,
+        "ratio": ratio,
+        "result": verdict(ratio >= DECODE_TARGET),
+    }
+
+
+def parse_pairs(text: str) -> list[tuple[int, int]]:
+    """``"1x2048,4x512"`` -> [(1, 2048), (4, 512)] (B x T)."""
+    pairs: list[tuple[int, int]] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            b, t = (int(p) for p in item.lower().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected BxT[,BxT...], got {text!r}") from None
+        if b < 1 or t < 1:
+            raise argparse.ArgumentTypeError(f"expected positive BxT, got {item!r}")
+        pairs.append((b, t))
+    if not pairs:
+        raise argparse.ArgumentTypeError("expected at least one BxT")
+    return pairs
+
+
+def parse_dtypes(text: str) -> list[str]:
+    """``"f32,bf16"`` -> ["f32", "bf16"] (keys of :data:`DTYPES`)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in DTYPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"dtypes must be among {', '.join(DTYPES)}; got {text!r}")
+    return names
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=f"Targets: prefill torch/polyops >= {PREFILL_TARGET:g}, decode >= "
+        f"{DECODE_TARGET:g} (PASS/MISS).",
+    )
+    parser.add_argument(
+        "--prefill",
+        type=parse_pairs,
+        default=None,
+        metavar="BxT,...",
+        help="prefill cases, sequences x tokens (default 1x2048,4x512; --quick: 1x256,2x128)",
+    )
+    parser.add_argument(
+        "--decode",
+        type=parse_pairs,
+        default=None,
+        metavar="BxCTX,...",
+        help="decode cases, sequences x context (default 16x2048; --quick: 4x256)",
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=parse_dtypes,
+        default=["f32", "bf16"],
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=None,
+        help="samples per candidate (default 5; --quick: 3)",
+    )
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=None,
+        help="wanted duration of one sample, calls per sample are calibrated to it "
+        "(default 200 ms; --quick: 20 ms)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch.set_num_threads(N) first; polyops' OpenMP code shares torch's libgomp, "
+        "so this bounds both (default: leave torch's setting)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: short sequences, 3 repeats (figures not meaningful against targets)",
+    )
+    add_json_argument(parser, __file__)
+    args = parser.parse_args(argv)
+    if args.prefill is None:
+        args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 2048), (4, 512)]
+    if args.decode is None:
+        args.decode = [(4, 256)] if args.quick else [(16, 2048)]
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 5
+    if args.sample_ms is None:
+        args.sample_ms = 20.0 if args.quick else 200.0
+    return args
+
+
+def _json_entry(e: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in e.items() if k not in ("mine", "ref")}
+    if e["available"]:
+        out["polyops"] = e["mine"].as_dict()
+        out["torch"] = e["ref"].as_dict()
+    else:
+        out["result"] = None
+        out["note"] = NOT_AVAILABLE
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark, print the tables, write the JSON; always returns 0."""
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    target_s = args.sample_ms / 1e3
+    print(
+        f"polyops {polyops.__version__} | torch {torch.__version__} | "
+        f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
+        f"repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
+        f"flash_attention: {hasattr(polyops, 'flash_attention')} | "
+        f"paged_attention: {hasattr(polyops, 'paged_attention')}"
+    )
+    print()
+
+    entries: list[dict[str, Any]] = []
+    for b, t in args.prefill:
+        for dt in args.dtypes:
+            entries.append(bench_prefill(b, t, dt, repeats=args.repeats, target_s=target_s))
+    for b, ctx in args.decode:
+        for dt in args.dtypes:
+            entries.append(bench_decode(b, ctx, dt, repeats=args.repeats, target_s=target_s))
+
+    rows: list[list[str]] = []
+    summary: list[list[str]] = []
+    for e in entries:
+        op = "flash_attention" if e["kind"] == "prefill" else "paged_attention"
+        if not e["available"]:
+            rows.append([op, e["case"], e["dtype"], NOT_AVAILABLE, "", "", "", "", "", ""])
+            summary.append([op, e["case"], e["dtype"], "-", f">= {e['target']:g}x", "-"])
+            continue
+        mine: Timing = e["mine"]
+        ref: Timing = e["ref"]
+        if e["kind"] == "prefill":
+            unit = "GFLOP/s"
+            work = e["flops"] / 1e9
+        else:
+            unit = "GB/s"
+            work = e["kv_bytes"] / 1e9
+        rows.append(
+            [
+                op,
+                e["case"],
+                e["dtype"],
+                f"{mine.median * 1e3:.2f}",
+                f"{work / mine.median:.1f} {unit}",
+                e["reference"],
+                f"{ref.median * 1e3:.2f}",
+                f"{work / ref.median:.1f} {unit}",
+                f"{e['ratio']:.2f}x",
+                f"{max(mine.spread, ref.spread) * 100:.0f}%",
+            ]
+        )
+        summary.append(
+            [op, e["case"], e["dtype"], f"{e['ratio']:.2f}x", f">= {e['target']:g}x", e["result"]]
+        )
+
+    print_table(
+        [
+            "op",
+            "case",
+            "dtype",
+            "polyops ms",
+            "polyops rate",
+            "torch reference",
+            "torch ms",
+            "torch rate",
+            "ratio",
+            "noise",
+        ],
+        rows,
+        align="lllrrlrrrr",
+    )
+    print_table(["op", "case", "dtype", "ratio", "target", "result"], summary)
+    print(
+        "ms = median per call; prefill rate = causal FLOPs / time, decode rate = KV-cache bytes "
+        "read / time;\nratio = median of per-repeat torch_time/polyops_time (> 1: polyops "
+        "faster); noise = larger IQR/median of the pair."
+    )
+    if args.quick:
+        print("Quick mode: short sequences; PASS/MISS here is only a smoke test.")
+
+    path = write_json(
+        args.json,
+        {
+            "benchmark": "attention",
+            "settings": {
+                "prefill": [list(p) for p in args.prefill],
+                "decode": [list(p) for p in args.decode],
+                "dtypes": args.dtypes,
+                "heads": HEADS,
+                "decode_kv_heads": DECODE_KV_HEADS,
+                "head_size": HEAD_SIZE,
+                "block_size": BLOCK,
+                "repeats": args.repeats,
+                "sample_ms": args.sample_ms,
+                "quick": args.quick,
+                "threads": torch.get_num_threads(),
+                "flash_attention_available": hasattr(polyops, "flash_attention"),
+                "paged_attention_available": hasattr(polyops, "paged_attention"),
+            },
+            "targets": {
+                "prefill_min_ratio_torch_over_polyops": PREFILL_TARGET,
+                "decode_min_ratio_torch_over_polyops": DECODE_TARGET,
+            },
+            "entries": [_json_entry(e) for e in entries],
+        },
+    )
+    print(f"JSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

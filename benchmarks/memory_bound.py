@@ -1,0 +1,486 @@
+"""Memory bandwidth of polyops' memory-bound LLM ops against torch's copy bandwidth.
+
+For each op and dtype (default float32 and bfloat16) measures in one process,
+interleaved, on the same tensors:
+
+* ``torch copy_``: ``dst.copy_(src)`` on contiguous 1-D tensors of the op's
+  dtype sized so that the copy moves (read + write) the same number of bytes as
+  the op: the bandwidth ceiling for that amount of traffic;
+* the polyops op (writing into preallocated outputs or in place);
+* the torch equivalent written with ordinary torch ops, for reference (it
+  usually allocates temporaries; it is not part of the target).
+
+Shapes (Llama-2-7B-like, 4096 tokens) and bytes moved per call, counted as
+each tensor read once plus each output written once (s = itemsize):
+
+* ``causal_softmax``: x [32, 1024, 1024] -> y, same shape.
+  bytes = 2 * numel * s (read x, write y).
+  torch: ``torch.softmax(x.masked_fill(mask, -inf), -1)`` with a [1024, 1024]
+  bool mask of the keys above the diagonal.
+* ``rotary_embedding``: T = 4096 tokens, query and key [T, 32 * 128], head size
+  128, neox style, in place; cos_sin_cache [4096, 128] of the same dtype,
+  positions int64 [T] = 0..T-1.
+  bytes = 2 * (q + k bytes) + T * 128 * s (one cache row per token) + T * 8.
+  torch: cos/sin gathered by position, halves rotated with mul/sub/add, copied
+  back into q and k.
+* ``silu_and_mul``: x [4096, 2 * 11008] -> y [4096, 11008].
+  bytes = (2 * 11008 + 11008) * 4096 * s (read x, write y).
+  torch: ``F.silu(x[..., :d]) * x[..., d:]``.
+* ``reshape_and_cache``: key/value [T = 4096, Hkv = 8, D = 128] into caches
+  [num_blocks = 2 * T / 16, 16, 8, 128] through a random slot mapping (int64,
+  distinct slots, half the cache used).
+  bytes = 2 * (k + v bytes) + T * 8 (read k, v and the slots, write as many
+  cache rows).
+  torch: ``cache.view(-1, Hkv, D).index_copy_(0, slot_mapping, key)`` for key and
+  value.
+* ``cat``: 4 pieces [4096, 2048] -> [4096, 8192] along the last dim (``out=``).
+  bytes = 2 * out bytes.
+  torch: ``torch.cat(pieces, dim=-1, out=y_ref)``.
+
+GB/s = bytes / median seconds per call / 1e9. "x copy" = (op GB/s) / (copy
+GB/s), computed per repeat from adjacent samples, then the median.
+
+Target (from the issue): each polyops op >= 0.7 x copy bandwidth, per dtype;
+printed as PASS/MISS (exit status stays 0).
+
+Usage::
+
+    python benchmarks/memory_bound.py              # full sizes, JSON to benchmarks/results/
+    python benchmarks/memory_bound.py --quick      # smoke test (sizes / 8, few repeats)
+    python benchmarks/memory_bound.py --ops cat,silu_and_mul --dtypes f32 --repeats 11
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from _common import (
+    Timing,
+    add_json_argument,
+    load_average,
+    measure,
+    positive_int,
+    print_table,
+    verdict,
+    write_json,
+)
+
+import polyops
+
+#: Each polyops op must reach at least this fraction of copy bandwidth.
+TARGET = 0.7
+COPY = "torch copy_"
+DTYPES: dict[str, torch.dtype] = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+OPS = ("causal_softmax", "rotary_embedding", "silu_and_mul", "reshape_and_cache", "cat")
+
+Fn = Callable[[], object]
+
+
+@dataclass
+class Setup:
+    """One op at one dtype: what to time, how many bytes it moves, how to check it."""
+
+    op: str
+    shape: str
+    nbytes: int
+    polyops_fn: Fn
+    torch_name: str
+    torch_fn: Fn
+    check: Callable[[], None]
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+
+
+def setup_causal_softmax(dtype: torch.dtype, scale: int) -> Setup:
+    """[32, 1024, 1024] (quick: [4, 1024 / scale, 1024 / scale])."""
+    b, q = (32, 1024) if scale == 1 else (4, 1024 // scale)
+    x = torch.randn(b, q, q).to(dtype)
+    y = torch.empty_like(x)
+    mask = torch.ones(q, q, dtype=torch.bool).triu(1)
+
+    def ref(t: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(t.masked_fill(mask, float("-inf")), -1)
+
+    def check() -> None:
+        part = x[:2]
+        expected = ref(part.float())
+        torch.testing.assert_close(polyops.causal_softmax(part).float(), expected, **_tol(dtype))
+
+    return Setup(
+        "causal_softmax",
+        f"{b}x{q}x{q}",
+        2 * x.numel() * x.element_size(),
+        lambda: polyops.causal_softmax(x, out=y),
+        "softmax(masked_fill)",
+        lambda: ref(x),
+        check,
+    )
+
+
+def _torch_rope(
+    positions: torch.Tensor, x: torch.Tensor, cache: torch.Tensor, head: int
+) -> torch.Tensor:
+    """Neox rotary of x [T, H * head] with cos_sin_cache [P, head]; returns a new tensor."""
+    t = x.shape[0]
+    half = head // 2
+    xs = x.view(t, -1, head)
+    rows = cache.index_select(0, positions)
+    cos = rows[:, :half].unsqueeze(1)
+    sin = rows[:, half:].unsqueeze(1)
+    x1, x2 = xs[..., :half], xs[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(t, -1)
+
+
+def setup_rotary_embedding(dtype: torch.dtype, scale: int) -> Setup:
+    """T = 4096 tokens, 32 heads of 128 for query and key, neox, in place."""
+    t, heads, head = 4096 // scale, 32, 128
+    positions = torch.arange(t, dtype=torch.int64)
+    theta = 1.0 / (10000.0 ** (torch.arange(0, head, 2, dtype=torch.float64) / head))
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), theta)
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
+    q = torch.randn(t, heads * head).to(dtype)
+    k = torch.randn(t, heads * head).to(dtype)
+    q_ref, k_ref = q.clone(), k.clone()
+
+    def torch_inplace() -> None:
+        q_ref.copy_(_torch_rope(positions, q_ref, cache, head))
+        k_ref.copy_(_torch_rope(positions, k_ref, cache, head))
+
+    def check() -> None:
+        qc, kc = q[:64].clone(), k[:64].clone()
+        polyops.rotary_embedding(positions[:64], qc, kc, head, cache, True)
+        # Compare against the float32 torch formula on the same inputs.
+        c32 = cache.float()
+        eq = _torch_rope(positions[:64], q[:64].float(), c32, head)
+        ek = _torch_rope(positions[:64], k[:64].float(), c32, head)
+        torch.testing.assert_close(qc.float(), eq, **_tol(dtype))
+        torch.testing.assert_close(kc.float(), ek, **_tol(dtype))
+
+    s = q.element_size()
+    nbytes = 2 * (q.numel() + k.numel()) * s + t * head * cache.element_size() + t * 8
+    return Setup(
+        "rotary_embedding",
+        f"T{t} 2x{heads}x{head}",
+        nbytes,
+        lambda: polyops.rotary_embedding(positions, q, k, head, cache, True),
+        "rope with torch ops",
+        torch_inplace,
+        check,
+    )
+
+
+def setup_silu_and_mul(dtype: torch.dtype, scale: int) -> Setup:
+    """x [4096, 2 * 11008] -> [4096, 11008]."""
+    t, d = 4096 // scale, 11008
+    x = torch.randn(t, 2 * d).to(dtype)
+    y = torch.empty(t, d, dtype=dtype)
+    silu = torch.nn.functional.silu
+
+    def check() -> None:
+        part = x[:64]
+        expected = silu(part[..., :d].float()) * part[..., d:].float()
+        torch.testing.assert_close(polyops.silu_and_mul(part).float(), expected, **_tol(dtype))
+
+    return Setup(
+        "silu_and_mul",
+        f"{t}x{2 * d}",
+        (x.numel() + y.numel()) * x.element_size(),
+        lambda: polyops.silu_and_mul(x, out=y),
+        "F.silu(a) * b",
+        lambda: silu(x[..., :d]) * x[..., d:],
+        check,
+    )
+
+
+def setup_reshape_and_cache(dtype: torch.dtype, scale: int) -> Setup:
+    """T = 4096, Hkv = 8, D = 128, block 16, twice as many cache slots as tokens."""
+    t, hkv, head, block = 4096 // scale, 8, 128, 16
+    num_blocks = 2 * t // block
+    gen = torch.Generator().manual_seed(0)
+    key = torch.randn(t, hkv, head, generator=gen).to(dtype)
+    value = torch.randn(t, hkv, head, generator=gen).to(dtype)
+    slots = torch.randperm(num_blocks * block, generator=gen)[:t].to(torch.int64)
+    caches = [torch.zeros(num_blocks, block, hkv, head, dtype=dtype) for _ in range(4)]
+    key_cache, value_cache, key_ref, value_ref = caches
+
+    def torch_fn() -> None:
+        key_ref.view(-1, hkv, head).index_copy_(0, slots, key)
+        value_ref.view(-1, hkv, head).index_copy_(0, slots, value)
+
+    def check() -> None:
+        polyops.reshape_and_cache(key, value, key_cache, value_cache, slots)
+        torch_fn()
+        torch.testing.assert_close(key_cache, key_ref, rtol=0, atol=0)
+        torch.testing.assert_close(value_cache, value_ref, rtol=0, atol=0)
+
+    return Setup(
+        "reshape_and_cache",
+        f"T{t} {hkv}x{head} blk{block}",
+        2 * (key.numel() + value.numel()) * key.element_size() + t * 8,
+        lambda: polyops.reshape_and_cache(key, value, key_cache, value_cache, slots),
+        "index_copy_",
+        torch_fn,
+        check,
+    )
+
+
+def setup_cat(dtype: torch.dtype, scale: int) -> Setup:
+    """4 pieces [4096, 2048] -> [4096, 8192] along the last dim."""
+    rows, cols, pieces_n = 4096 // scale, 8192, 4
+    pieces = [torch.randn(rows, cols // pieces_n).to(dtype) for _ in range(pieces_n)]
+    y = torch.empty(rows, cols, dtype=dtype)
+    y_ref = torch.empty_like(y)
+
+    def check() -> None:
+        part = [p[:64] for p in pieces]
+        torch.testing.assert_close(polyops.cat(part, -1), torch.cat(part, -1), rtol=0, atol=0)
+
+    return Setup(
+        "cat",
+        f"4x{rows}x{cols // pieces_n}->{rows}x{cols}",
+        2 * y.numel() * y.element_size(),
+        lambda: polyops.cat(pieces, -1, out=y),
+        "torch.cat(out=)",
+        lambda: torch.cat(pieces, -1, out=y_ref),
+        check,
+    )
+
+
+SETUPS: dict[str, Callable[[torch.dtype, int], Setup]] = {
+    "causal_softmax": setup_causal_softmax,
+    "rotary_embedding": setup_rotary_embedding,
+    "silu_and_mul": setup_silu_and_mul,
+    "reshape_and_cache": setup_reshape_and_cache,
+    "cat": setup_cat,
+}
+
+
+def _bandwidth_ratio(op: Timing, op_bytes: int, copy: Timing, copy_bytes: int) -> float:
+    """Median over repeats of (op GB/s) / (copy GB/s) from adjacent samples."""
+    return statistics.median(
+        (op_bytes / o) / (copy_bytes / c) for o, c in zip(op.samples, copy.samples, strict=True)
+    )
+
+
+def bench(op: str, dtype_name: str, *, scale: int, repeats: int, target_s: float) -> dict:
+    """Check, then time copy, polyops and torch interleaved for one op and dtype."""
+    dtype = DTYPES[dtype_name]
+    torch.manual_seed(0)
+    setup = SETUPS[op](dtype, scale)
+    setup.check()
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    copy_numel = max(1, setup.nbytes // (2 * itemsize))
+    src = torch.randn(copy_numel).to(dtype)
+    dst = torch.empty_like(src)
+    copy_bytes = 2 * copy_numel * itemsize
+    mine_name = f"polyops.{op}"
+    torch_name = f"torch {setup.torch_name}"
+    timings = measure(
+        {COPY: lambda: dst.copy_(src), mine_name: setup.polyops_fn, torch_name: setup.torch_fn},
+        repeats=repeats,
+        target_s=target_s,
+    )
+    copy = timings[COPY]
+    results: dict[str, dict[str, Any]] = {}
+    for name, timing in timings.items():
+        nbytes = copy_bytes if name == COPY else setup.nbytes
+        results[name] = {
+            "gbps": nbytes / timing.median / 1e9,
+            "x_copy": _bandwidth_ratio(timing, nbytes, copy, copy_bytes),
+            "timing": timing,
+        }
+    ratio = results[mine_name]["x_copy"]
+    return {
+        "op": op,
+        "dtype": dtype_name,
+        "shape": setup.shape,
+        "bytes": setup.nbytes,
+        "copy_bytes": copy_bytes,
+        "polyops": mine_name,
+        "results": results,
+        "ratio": ratio,
+        "result": verdict(ratio >= TARGET),
+    }
+
+
+def _parse_list(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{what} must be among {', '.join(allowed)}; got {text!r}")
+    return names
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=f"Target: each polyops op >= {TARGET:g} x copy bandwidth per dtype (PASS/MISS).",
+    )
+    parser.add_argument(
+        "--ops",
+        type=lambda s: _parse_list(s, OPS, "ops"),
+        default=list(OPS),
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(OPS)} (default: all)",
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=lambda s: _parse_list(s, list(DTYPES), "dtypes"),
+        default=["f32", "bf16"],
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=None,
+        help="samples per candidate (default 7; --quick: 3)",
+    )
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=None,
+        help="wanted duration of one sample, calls per sample are calibrated to it "
+        "(default 100 ms; --quick: 20 ms)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch.set_num_threads(N) first; polyops' OpenMP slots share torch's libgomp, "
+        "so this bounds both (default: leave torch's setting)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: token / row counts divided by 8, 3 repeats (tensors may sit in "
+        "cache: figures are not meaningful against the target)",
+    )
+    add_json_argument(parser, __file__)
+    args = parser.parse_args(argv)
+    args.scale = 8 if args.quick else 1
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 7
+    if args.sample_ms is None:
+        args.sample_ms = 20.0 if args.quick else 100.0
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark, print the tables, write the JSON; always returns 0."""
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print(
+        f"polyops {polyops.__version__} | torch {torch.__version__} | "
+        f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
+        f"repeats {args.repeats} | sample ~{args.sample_ms:g} ms | ops {','.join(args.ops)} | "
+        f"dtypes {','.join(args.dtypes)}"
+    )
+    print()
+
+    entries = [
+        bench(op, dt, scale=args.scale, repeats=args.repeats, target_s=args.sample_ms / 1e3)
+        for op in args.ops
+        for dt in args.dtypes
+    ]
+
+    rows: list[list[str]] = []
+    summary: list[list[str]] = []
+    for e in entries:
+        for name, r in e["results"].items():
+            timing: Timing = r["timing"]
+            nbytes = e["copy_bytes"] if name == COPY else e["bytes"]
+            rows.append(
+                [
+                    e["op"],
+                    e["dtype"],
+                    e["shape"],
+                    name,
+                    f"{nbytes / 2**20:.0f}",
+                    f"{timing.median * 1e3:.3f}",
+                    f"{r['gbps']:.2f}",
+                    f"{r['x_copy']:.2f}x",
+                    f"{timing.spread * 100:.0f}%",
+                ]
+            )
+        mine = e["results"][e["polyops"]]
+        summary.append(
+            [
+                e["op"],
+                e["dtype"],
+                f"{mine['gbps']:.2f}",
+                f"{e['results'][COPY]['gbps']:.2f}",
+                f"{e['ratio']:.2f}x",
+                f">= {TARGET:g}x",
+                e["result"],
+            ]
+        )
+
+    print_table(
+        ["op", "dtype", "shape", "candidate", "MiB", "ms/call", "GB/s", "x copy", "noise"], rows
+    )
+    print_table(["op", "dtype", "polyops GB/s", "copy GB/s", "x copy", "target", "result"], summary)
+    print(
+        "MiB = bytes moved per call as defined in the module docstring (copy_: read + write of "
+        "a buffer sized to match);\nms/call and GB/s from the median sample; x copy = median of "
+        "per-repeat (candidate GB/s)/(copy GB/s); noise = IQR/median."
+    )
+    if args.quick:
+        print("Quick mode: small tensors may sit in cache; PASS/MISS here is only a smoke test.")
+
+    path = write_json(
+        args.json,
+        {
+            "benchmark": "memory_bound",
+            "settings": {
+                "ops": args.ops,
+                "dtypes": args.dtypes,
+                "repeats": args.repeats,
+                "sample_ms": args.sample_ms,
+                "size_divisor": args.scale,
+                "quick": args.quick,
+                "threads": torch.get_num_threads(),
+            },
+            "target": {"min_ratio_to_copy": TARGET, "of": "each polyops op"},
+            "entries": [
+                {
+                    "op": e["op"],
+                    "dtype": e["dtype"],
+                    "shape": e["shape"],
+                    "bytes_per_call": e["bytes"],
+                    "copy_bytes_per_call": e["copy_bytes"],
+                    "ratio_to_copy": e["ratio"],
+                    "result": e["result"],
+                    "candidates": {
+                        name: {
+                            "gbps": r["gbps"],
+                            "ratio_to_copy": r["x_copy"],
+                            **r["timing"].as_dict(),
+                        }
+                        for name, r in e["results"].items()
+                    },
+                }
+                for e in entries
+            ],
+        },
+    )
+    print(f"JSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
