@@ -308,6 +308,54 @@ def add_json_argument(parser: argparse.ArgumentParser, script: str) -> None:
     )
 
 
+def add_run_arguments(
+    parser: argparse.ArgumentParser,
+    script: str,
+    *,
+    repeats: tuple[int, int],
+    sample_ms: tuple[float, float],
+    quick_help: str,
+    threads_help: str | None = None,
+) -> None:
+    """Add the options every script shares: ``--repeats``, ``--sample-ms``, ``--threads``
+    (when `threads_help` is given), ``--quick`` and ``--json``.
+
+    `repeats` and `sample_ms` are the (``--quick``, normal) defaults that
+    :func:`finish_run_arguments` fills in after parsing.
+    """
+    parser.set_defaults(run_defaults={"repeats": repeats, "sample_ms": sample_ms})
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=None,
+        help=f"samples per candidate (default {repeats[1]}; --quick: {repeats[0]})",
+    )
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=None,
+        help="wanted duration of one sample, calls per sample are calibrated to it "
+        f"(default {sample_ms[1]:g} ms; --quick: {sample_ms[0]:g} ms)",
+    )
+    if threads_help is not None:
+        parser.add_argument("--threads", type=positive_int, default=None, help=threads_help)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    add_json_argument(parser, script)
+
+
+def finish_run_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill ``--repeats`` / ``--sample-ms`` from the ``--quick`` choice; apply ``--threads``."""
+    which = 0 if args.quick else 1
+    for name, defaults in args.run_defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[which])
+    if getattr(args, "threads", None) is not None:
+        import torch  # the scripts import torch anyway; this module need not
+
+        torch.set_num_threads(args.threads)
+    return args
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     value = int(text)

@@ -44,11 +44,11 @@ from typing import Any
 import torch
 from _common import (
     Timing,
-    add_json_argument,
+    add_run_arguments,
+    finish_run_arguments,
     load_average,
     measure,
     paired_ratio,
-    positive_int,
     print_table,
     verdict,
     write_json,
@@ -265,41 +265,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",
     )
-    parser.add_argument(
-        "--repeats",
-        type=positive_int,
-        default=None,
-        help="samples per candidate (default 5; --quick: 3)",
-    )
-    parser.add_argument(
-        "--sample-ms",
-        type=float,
-        default=None,
-        help="wanted duration of one sample, calls per sample are calibrated to it "
-        "(default 200 ms; --quick: 20 ms)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch.set_num_threads(N) first; polyops' OpenMP code shares torch's libgomp, "
+    add_run_arguments(
+        parser,
+        __file__,
+        repeats=(3, 5),
+        sample_ms=(20.0, 200.0),
+        quick_help="smoke test: short sequences, 3 repeats (figures not meaningful "
+        "against targets)",
+        threads_help="torch.set_num_threads(N) first; polyops' OpenMP code shares torch's libgomp, "
         "so this bounds both (default: leave torch's setting)",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke test: short sequences, 3 repeats (figures not meaningful against targets)",
-    )
-    add_json_argument(parser, __file__)
-    args = parser.parse_args(argv)
+    args = finish_run_arguments(parser.parse_args(argv))
     if args.prefill is None:
         args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 2048), (4, 512)]
     if args.decode is None:
         args.decode = [(4, 256)] if args.quick else [(16, 2048)]
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 5
-    if args.sample_ms is None:
-        args.sample_ms = 20.0 if args.quick else 200.0
     return args
 
 
@@ -317,8 +297,6 @@ def _json_entry(e: dict[str, Any]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the JSON; always returns 0."""
     args = parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     target_s = args.sample_ms / 1e3
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "

@@ -45,8 +45,9 @@ from typing import Any
 import torch
 from _common import (
     Timing,
-    add_json_argument,
+    add_run_arguments,
     call_timer,
+    finish_run_arguments,
     load_average,
     measure,
     paired_ratio,
@@ -204,47 +205,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--large", action="store_true", help="also float32 at 4096^3 (slow on small machines)"
     )
     parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 extra rows")
-    parser.add_argument(
-        "--repeats",
-        type=positive_int,
-        default=None,
-        help="samples per candidate (default 7; --quick: 3)",
-    )
-    parser.add_argument(
-        "--sample-ms",
-        type=float,
-        default=None,
-        help="wanted duration of one sample, calls per sample are calibrated to it "
-        "(default 200 ms; --quick: 20 ms; 4096^3 always takes one call per sample)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch.set_num_threads(N) first (torch's pool only; OpenBLAS, which polyops "
+    add_run_arguments(
+        parser,
+        __file__,
+        repeats=(3, 7),
+        sample_ms=(20.0, 200.0),
+        quick_help="smoke test: 256^3, 3 repeats (figures not meaningful against the target)",
+        threads_help="torch.set_num_threads(N) first (torch's pool only; OpenBLAS, which polyops "
         "uses, reads OPENBLAS_NUM_THREADS at load time)",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke test: 256^3, 3 repeats (figures not meaningful against the target)",
-    )
-    add_json_argument(parser, __file__)
-    args = parser.parse_args(argv)
+    args = finish_run_arguments(parser.parse_args(argv))
     if args.size is None:
         args.size = 256 if args.quick else 1024
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 7
-    if args.sample_ms is None:
-        args.sample_ms = 20.0 if args.quick else 200.0
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the JSON; always returns 0."""
     args = parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     cases = cases_for(args)
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "

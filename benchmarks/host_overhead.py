@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from _common import (
     Timing,
-    add_json_argument,
+    add_run_arguments,
     call_timer,
+    finish_run_arguments,
     load_average,
     measure,
     paired_ratio,
@@ -119,19 +120,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog="Target: polyops.add <= 0.5 x torch.add(out=) on tiny tensors (PASS/MISS).",
     )
     parser.add_argument(
-        "--repeats", type=positive_int, default=None, help="samples per candidate (default 21)"
-    )
-    parser.add_argument(
         "--number",
         type=positive_int,
         default=None,
         help="calls per sample (default: calibrated to --sample-ms)",
-    )
-    parser.add_argument(
-        "--sample-ms",
-        type=float,
-        default=None,
-        help="wanted duration of one sample when calibrating (default 20 ms)",
     )
     parser.add_argument(
         "--implementation-index",
@@ -139,15 +131,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="pin the polyops slot (default: the selection policy's choice)",
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke test: 5 repeats of ~5 ms samples"
+    add_run_arguments(
+        parser,
+        __file__,
+        repeats=(5, 21),
+        sample_ms=(5.0, 20.0),
+        quick_help="smoke test: 5 repeats of ~5 ms samples",
     )
-    add_json_argument(parser, __file__)
-    args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 5 if args.quick else 21
-    if args.sample_ms is None:
-        args.sample_ms = 5.0 if args.quick else 20.0
+    args = finish_run_arguments(parser.parse_args(argv))
     return args
 
 

@@ -62,10 +62,10 @@ from typing import Any
 import torch
 from _common import (
     Timing,
-    add_json_argument,
+    add_run_arguments,
+    finish_run_arguments,
     load_average,
     measure,
-    positive_int,
     print_table,
     verdict,
     write_json,
@@ -343,47 +343,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",
     )
-    parser.add_argument(
-        "--repeats",
-        type=positive_int,
-        default=None,
-        help="samples per candidate (default 7; --quick: 3)",
-    )
-    parser.add_argument(
-        "--sample-ms",
-        type=float,
-        default=None,
-        help="wanted duration of one sample, calls per sample are calibrated to it "
-        "(default 100 ms; --quick: 20 ms)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch.set_num_threads(N) first; polyops' OpenMP slots share torch's libgomp, "
+    add_run_arguments(
+        parser,
+        __file__,
+        repeats=(3, 7),
+        sample_ms=(20.0, 100.0),
+        quick_help="smoke test: token / row counts divided by 8, 3 repeats (tensors may sit in "
+        "cache: figures are not meaningful against the target)",
+        threads_help="torch.set_num_threads(N) first; polyops' OpenMP slots share torch's libgomp, "
         "so this bounds both (default: leave torch's setting)",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke test: token / row counts divided by 8, 3 repeats (tensors may sit in "
-        "cache: figures are not meaningful against the target)",
-    )
-    add_json_argument(parser, __file__)
-    args = parser.parse_args(argv)
+    args = finish_run_arguments(parser.parse_args(argv))
     args.scale = 8 if args.quick else 1
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 7
-    if args.sample_ms is None:
-        args.sample_ms = 20.0 if args.quick else 100.0
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the JSON; always returns 0."""
     args = parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "
         f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"

@@ -34,11 +34,11 @@ from typing import Any
 import torch
 from _common import (
     Timing,
-    add_json_argument,
+    add_run_arguments,
+    finish_run_arguments,
     load_average,
     measure,
     paired_ratio,
-    positive_int,
     print_table,
     verdict,
     write_json,
@@ -156,48 +156,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: all)",
     )
-    parser.add_argument(
-        "--repeats",
-        type=positive_int,
-        default=None,
-        help="samples per candidate (default 9; --quick: 3)",
-    )
-    parser.add_argument(
-        "--sample-ms",
-        type=float,
-        default=None,
-        help="wanted duration of one sample, calls per sample are calibrated to it "
-        "(default 200 ms; --quick: 20 ms)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch.set_num_threads(N) first; polyops' OpenMP slot shares torch's libgomp, "
+    add_run_arguments(
+        parser,
+        __file__,
+        repeats=(3, 9),
+        sample_ms=(20.0, 200.0),
+        quick_help="smoke test: 1024x1024, 3 repeats (small sizes sit in cache: figures are not "
+        "meaningful against the target)",
+        threads_help="torch.set_num_threads(N) first; polyops' OpenMP slot shares torch's libgomp, "
         "so this bounds both (default: leave torch's setting)",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke test: 1024x1024, 3 repeats (small sizes sit in cache: figures are not "
-        "meaningful against the target)",
-    )
-    add_json_argument(parser, __file__)
-    args = parser.parse_args(argv)
+    args = finish_run_arguments(parser.parse_args(argv))
     if args.size is None:
         args.size = (1024, 1024) if args.quick else (4096, 4096)
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 9
-    if args.sample_ms is None:
-        args.sample_ms = 20.0 if args.quick else 200.0
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the JSON; always returns 0."""
     args = parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     slots = polyops.implementations("rms_norm")
     n_rows, n_cols = args.size
     print(
