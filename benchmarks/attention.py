@@ -78,20 +78,31 @@ def _tol(dtype: torch.dtype) -> dict[str, float]:
     return {"rtol": 2e-2, "atol": 2e-2}
 
 
-def _timed(
+def _timed_entry(
+    entry: dict[str, Any],
     mine: Callable[[], object],
     ref: Callable[[], object],
     *,
     mine_name: str,
-    ref_name: str,
+    target: float,
     repeats: int,
     target_s: float,
-) -> tuple[Timing, Timing, float]:
+) -> dict[str, Any]:
+    """Times polyops against entry["reference"] side by side; returns the completed entry."""
+    ref_name = entry["reference"]
     timings = measure(
         {mine_name: mine, ref_name: ref}, repeats=repeats, target_s=target_s, warmup=1
     )
     mine_t, ref_t = timings[mine_name], timings[ref_name]
-    return mine_t, ref_t, paired_ratio(ref_t, mine_t)
+    ratio = paired_ratio(ref_t, mine_t)
+    return {
+        **entry,
+        "available": True,
+        "mine": mine_t,
+        "ref": ref_t,
+        "ratio": ratio,
+        "result": verdict(ratio >= target),
+    }
 
 
 def bench_prefill(
@@ -132,22 +143,15 @@ def bench_prefill(
     mine()
     expected = ref().transpose(1, 2).reshape(total, HEADS, HEAD_SIZE)
     torch.testing.assert_close(out.float(), expected.float(), **_tol(dtype))
-    mine_t, ref_t, ratio = _timed(
+    return _timed_entry(
+        entry,
         mine,
         ref,
         mine_name="polyops.flash_attention",
-        ref_name=entry["reference"],
+        target=PREFILL_TARGET,
         repeats=repeats,
         target_s=target_s,
     )
-    return {
-        **entry,
-        "available": True,
-        "mine": mine_t,
-        "ref": ref_t,
-        "ratio": ratio,
-        "result": verdict(ratio >= PREFILL_TARGET),
-    }
 
 
 def bench_decode(
@@ -194,22 +198,15 @@ def bench_decode(
 
     mine()
     torch.testing.assert_close(out.float(), ref().squeeze(2).float(), **_tol(dtype))
-    mine_t, ref_t, ratio = _timed(
+    return _timed_entry(
+        entry,
         mine,
         ref,
         mine_name="polyops.paged_attention",
-        ref_name=entry["reference"],
+        target=DECODE_TARGET,
         repeats=repeats,
         target_s=target_s,
     )
-    return {
-        **entry,
-        "available": True,
-        "mine": mine_t,
-        "ref": ref_t,
-        "ratio": ratio,
-        "result": verdict(ratio >= DECODE_TARGET),
-    }
 
 
 def parse_pairs(text: str) -> list[tuple[int, int]]:
