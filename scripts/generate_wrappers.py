@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import pathlib
 import re
 import sys
@@ -56,6 +57,10 @@ class OpSpec:
     params: list[Param]
     defaults: set[str]  # output names with a Default<Out> allocator
     doc: str
+    mutates: list[str] = dataclasses.field(default_factory=list)  # kMutates: inputs written
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
 
     @property
     def outputs(self) -> list[Param]:
@@ -122,6 +127,7 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
     doc_lines = [line[2:].removeprefix(" ") for line in cls.group(1).splitlines()]
     if doc_lines and re.match(r"\w+\(", doc_lines[0]):
         doc_lines = doc_lines[1:]  # pybind11 writes the signature line itself
+    mutates = re.search(r"static constexpr const char\* kMutates\[\] = \{([^}]*)\};", source)
     spec = OpSpec(
         header=header,
         class_name=class_name,
@@ -130,7 +136,14 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
         params=params,
         defaults=defaults,
         doc="\n".join(doc_lines).strip(),
+        mutates=re.findall(r'"(\w+)"', mutates.group(1)) if mutates else [],
     )
+    for name in spec.mutates:
+        if name not in [p.name for p in params] or spec.param(name).cpp_type != "Tensor":
+            raise SystemExit(f"{header}: kMutates names '{name}', which is not a Tensor parameter")
+    for param in spec.outputs:
+        if params.index(param) < spec.num_positional:
+            raise SystemExit(f"{header}: output '{param.name}' must be keyword-only")
     if not 0 < spec.num_positional <= len(params):
         raise SystemExit(f"{header}: kNumPositional out of range")
     for param in params:
@@ -291,6 +304,11 @@ def _emit_input(spec: OpSpec, index: int, param: Param) -> list[str]:
     return [f"    const {param.cpp_type} {param.name} = {converted};"]
 
 
+def _first_tensor(spec: OpSpec) -> Param:
+    """The tensor argument whose device the op runs on and whose options outputs copy."""
+    return next(p for p in spec.params if p.cpp_type in ("Tensor", "std::vector<Tensor>"))
+
+
 def _alias_index(spec: OpSpec, output: Param) -> int:
     """The input an output without a Default<Out> allocator aliases: `x_out` -> `x`."""
     names = [p.name for p in spec.params]
@@ -317,11 +335,68 @@ def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]
         inputs = ", ".join(p.name for p in spec.inputs)
         lines += [
             "    } else {",
-            f"      {param.name}_allocated = Allocate({cls}::Default{camel}({inputs}), {like});",
+            f"      const TensorMeta {param.name}_meta = {cls}::Default{camel}({inputs});",
+            f"      {param.name}_allocated = Allocate({param.name}_meta, {like});",
             f"      {param.name} = ToView({param.name}_allocated, {op}, {name});",
         ]
     lines.append("    }")
     return lines
+
+
+def emit_run(spec: OpSpec, devices: list[str]) -> str:
+    """Run<Op>: check devices, find or build the instance, run it."""
+    cls, op = spec.class_name, f'"{spec.name}"'
+    first = _first_tensor(spec)
+    args = ", ".join(p.name for p in spec.params)
+    params = ", ".join(f"{_cpp_arg_type(p)} {p.name}" for p in spec.params)
+    lines = [
+        f"inline void Run{cls}(std::optional<int64_t> implementation_index,",
+        f"    std::optional<int64_t> stream, bool release_gil, {params}) {{",
+        f"  const Device device = PrimaryDevice({first.name}, {op});",
+        f"  auto make = [&](Device::Type type, int slot) -> std::shared_ptr<{cls}> {{",
+    ]
+    for param in spec.params:
+        if param.name.endswith("_host"):
+            # Host mirrors of device tensors (e.g. paged_attention's seq_lens_host) live on
+            # the CPU whatever the op's device: that is their purpose.
+            lines.append(f'    CheckOnHost({param.name}, {op}, "{param.name}");')
+        elif param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
+            lines.append(f'    CheckDevice({param.name}, device, {op}, "{param.name}");')
+    lines.append("    switch (type) {")
+    for device in devices:
+        lines += [
+            f"      case Device::Type::{DEVICES[device]}:",
+            f"        return generated::{_maker_name(spec, device)}(slot, {args});",
+        ]
+    lines += [
+        "      default:",
+        f"        throw NotImplemented(NoBackendMessage({op}, type));",
+        "    }",
+        "  };",
+        f"  const auto instance = Operator<{cls}>::Get(device, implementation_index, make, "
+        f"{args});",
+        "  const Handle handle = MakeHandle(device, stream);",
+        f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
+        f"            [&] {{ (*instance)(handle, {args}); }});",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def emit_run_header(specs: list[OpSpec], devices: list[str]) -> str:
+    lines = [
+        "// Generated by scripts/generate_wrappers.py. Do not edit.",
+        "// Run<Op>(): what the Python bindings and the torch.library kernels share.",
+        "#pragma once",
+        '#include "generated/ops.h"',
+        '#include "python/binding_support.h"',
+        "",
+        "namespace polyops::python {",
+        "",
+    ]
+    lines += [emit_run(spec, devices) + "\n" for spec in specs]
+    lines += ["}  // namespace polyops::python", ""]
+    return "\n".join(lines)
 
 
 def emit_binding(spec: OpSpec, devices: list[str]) -> str:
@@ -341,7 +416,7 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    PyObject* values[{count}] = {{}};",
         f"    ParseArguments(k{cls}Signature, args, nargs, kwnames, values);",
     ]
-    first = next(p for p in spec.params if p.cpp_type in ("Tensor", "std::vector<Tensor>"))
+    first = _first_tensor(spec)
     like = f"{first.name}_t" if first.cpp_type == "Tensor" else f"{first.name}_t.front()"
     for index, param in enumerate(spec.params):
         if not param.is_output:
@@ -359,31 +434,7 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    if (PyObject* given = Given(values[{n + 1}])) {{",
         f'      stream = ArgInt(given, {op}, "stream");',
         "    }",
-        f"    const Device device = PrimaryDevice({first.name}, {op});",
-        f"    auto make = [&](Device::Type type, int slot) -> std::shared_ptr<{cls}> {{",
-    ]
-    for param in spec.params:
-        if param.name.endswith("_host"):
-            # Host mirrors of device tensors (e.g. paged_attention's seq_lens_host) live on
-            # the CPU whatever the op's device: that is their purpose.
-            lines.append(f'      CheckOnHost({param.name}, {op}, "{param.name}");')
-        elif param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
-            lines.append(f'      CheckDevice({param.name}, device, {op}, "{param.name}");')
-    lines.append("      switch (type) {")
-    for device in devices:
-        lines += [
-            f"        case Device::Type::{DEVICES[device]}:",
-            f"          return generated::{_maker_name(spec, device)}(slot, {args});",
-        ]
-    lines += [
-        "        default:",
-        f"          throw NotImplemented(NoBackendMessage({op}, type));",
-        "      }",
-        "    };",
-        f"    const auto instance = Operator<{cls}>::Get(device, implementation_index, make, "
-        f"{args});",
-        "    const Handle handle = MakeHandle(device, stream);",
-        f"    RunKernel(WorthReleasingGil({first.name}), [&] {{ (*instance)(handle, {args}); }});",
+        f"    Run{cls}(implementation_index, stream, /*release_gil=*/true, {args});",
     ]
     returns = []
     for param in spec.outputs:
@@ -407,8 +458,7 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
 def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
     lines = [
         "// Generated by scripts/generate_wrappers.py. Do not edit.",
-        '#include "generated/ops.h"',
-        '#include "python/binding_support.h"',
+        '#include "generated/run.h"',
         "",
         "namespace polyops::python {",
         "namespace {",
@@ -441,6 +491,271 @@ def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
     names = ", ".join(f'"{spec.name}"' for spec in specs)
     lines += [
         f'  module.attr("_operators") = py::make_tuple({names});',
+        "}",
+        "",
+        "}  // namespace polyops::python",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- torch.library registration ----------------------------------------------------------
+# Every op is also registered as torch.ops.polyops.<op>, for code that torch.compile traces.
+# Per op (and per Tensor/Scalar choice of each ScalarOrTensor argument, which a schema cannot
+# express as one type) there are two overloads:
+#   <op>.out  every output is a required `Tensor(a!)` keyword argument; returns ().
+#   <op>      outputs with a Default<Out> allocator are allocated and returned; outputs that
+#             default to in place on an input (rotary's query_out) are dropped and that
+#             input is declared mutated instead.
+# Mutating overloads return nothing, because torch.compile can functionalize a custom op
+# only if no output aliases an input. Inputs the op writes (kMutates) are `Tensor(a!)`.
+
+# C++ parameter type -> (schema type, C++ kernel parameter type).
+TORCH_TYPES = {
+    "Tensor": ("Tensor", "const at::Tensor&"),
+    "std::optional<Tensor>": ("Tensor?", "const std::optional<at::Tensor>&"),
+    "std::vector<Tensor>": ("Tensor[]", "at::TensorList"),
+    "double": ("float", "double"),
+    "int64_t": ("int", "int64_t"),
+    "bool": ("bool", "bool"),
+    "DataType": ("ScalarType", "at::ScalarType"),
+    "std::optional<double>": ("float?", "std::optional<double>"),
+    "std::optional<int64_t>": ("int?", "std::optional<int64_t>"),
+}
+SCALAR_OR_TENSOR = {"Tensor": TORCH_TYPES["Tensor"], "Scalar": ("Scalar", "const at::Scalar&")}
+DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA", "ascend": "PrivateUse1"}
+TORCH_PYTHON_MODULE = "polyops._torch_library"
+
+
+@dataclasses.dataclass
+class TorchOverload:
+    spec: OpSpec
+    name: str  # "" is the default overload
+    is_out: bool
+    kinds: dict[str, str]  # ScalarOrTensor parameter -> "Tensor" or "Scalar"
+
+    @property
+    def returns(self) -> list[Param]:
+        if self.is_out:
+            return []
+        return [p for p in self.spec.outputs if _camel(p.name) in self.spec.defaults]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.spec.name}.{self.name}" if self.name else self.spec.name
+
+    @property
+    def function(self) -> str:
+        return f"Torch{self.spec.class_name}{_camel(self.name)}"
+
+    def in_place_inputs(self) -> set[str]:
+        """Inputs an omitted output aliases: written in place by the default overload."""
+        if self.is_out:
+            return set()
+        spec = self.spec
+        return {
+            spec.params[_alias_index(spec, p)].name
+            for p in spec.outputs
+            if _camel(p.name) not in spec.defaults
+        }
+
+    def params(self) -> list[tuple[Param, str, str]]:
+        """(param, schema type, C++ type) of every parameter this overload takes."""
+        result = []
+        for param in self.spec.params:
+            if param.is_output:
+                if not self.is_out:
+                    continue
+                alias_optional = _camel(param.name) not in self.spec.defaults and (
+                    self.spec.params[_alias_index(self.spec, param)].cpp_type
+                    == "std::optional<Tensor>"
+                )
+                types = TORCH_TYPES["std::optional<Tensor>" if alias_optional else "Tensor"]
+            elif param.cpp_type == "ScalarOrTensor":
+                types = SCALAR_OR_TENSOR[self.kinds[param.name]]
+            else:
+                types = TORCH_TYPES[param.cpp_type]
+            result.append((param, *types))
+        return result
+
+
+def torch_overloads(spec: OpSpec) -> list[TorchOverload]:
+    """The overloads of `spec`, `.out` ones first (see _torch_overload_order in the docs)."""
+    choices = [p.name for p in spec.params if p.cpp_type == "ScalarOrTensor"]
+    overloads = []
+    for kinds in itertools.product(("Tensor", "Scalar"), repeat=len(choices)):
+        variant = "_".join(kinds) if "Scalar" in kinds else ""
+        chosen = dict(zip(choices, kinds, strict=True))
+        if spec.outputs:
+            out_name = f"{variant}_out" if variant else "out"
+            overloads.append(TorchOverload(spec, out_name, True, chosen))
+        overloads.append(TorchOverload(spec, variant, False, chosen))
+    return overloads
+
+
+def _schema_default(param: Param) -> str:
+    return {"std::nullopt": "None", "true": "True", "false": "False"}.get(
+        param.default, param.default
+    )
+
+
+def torch_schema(overload: TorchOverload) -> str:
+    spec = overload.spec
+    mutated = set(spec.mutates) | overload.in_place_inputs()
+    parts, letters, keyword_only = [], iter("abcdefghijklmnopqrstuvwxyz"), False
+    for param, schema_type, _ in overload.params():
+        index = spec.params.index(param)
+        if index >= spec.num_positional and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        if param.is_output or param.name in mutated:
+            optional = schema_type.endswith("?")
+            schema_type = f"Tensor({next(letters)}!)" + ("?" if optional else "")
+        text = f"{schema_type} {param.name}"
+        if param.default is not None and not (param.is_output and not schema_type.endswith("?")):
+            text += f"={_schema_default(param)}"
+        parts.append(text)
+    if not keyword_only:
+        parts.append("*")
+    parts.append("int? implementation_index=None")
+    returns = overload.returns
+    result = (
+        "()"
+        if not returns
+        else "Tensor"
+        if len(returns) == 1
+        else "(" + ", ".join("Tensor" for _ in returns) + ")"
+    )
+    return f"{overload.qualified}({', '.join(parts)}) -> {result}"
+
+
+def _torch_return_type(overload: TorchOverload) -> str:
+    count = len(overload.returns)
+    if count == 0:
+        return "void"
+    if count == 1:
+        return "at::Tensor"
+    return "std::tuple<" + ", ".join(["at::Tensor"] * count) + ">"
+
+
+def emit_torch_kernel(overload: TorchOverload) -> str:
+    """The kernel registered for `overload`: torch tensors in, Run<Op>, allocated outputs out."""
+    spec = overload.spec
+    cls, op = spec.class_name, f'"{spec.name}"'
+    params = overload.params()
+    signature = ", ".join(
+        f"{cpp_type} {p.name}{'_t' if 'Tensor' in schema_type or 'Scalar' in schema_type else ''}"
+        for p, schema_type, cpp_type in params
+    )
+    ret = _torch_return_type(overload)
+    lines = [
+        f"{ret} {overload.function}({signature}, std::optional<int64_t> implementation_index) {{",
+        f"  return TranslateErrors([&]() -> {ret} {{",
+    ]
+    taken = {p.name for p, _, _ in params}
+    for param, schema_type, _ in params:
+        if param.is_output:
+            continue
+        name, quoted = param.name, f'"{param.name}"'
+        if schema_type == "Tensor":
+            view = f"ToView({name}_t, {op}, {quoted})"
+            if param.cpp_type == "ScalarOrTensor":
+                lines.append(f"    const ScalarOrTensor {name}{{{view}, 0.0}};")
+            else:
+                lines.append(f"    const Tensor {name} = {view};")
+        elif schema_type == "Scalar":
+            lines.append(f"    const ScalarOrTensor {name}{{std::nullopt, {name}_t.toDouble()}};")
+        elif schema_type == "Tensor?":
+            lines.append(
+                f"    const std::optional<Tensor> {name} = "
+                f"ToOptionalView({name}_t, {op}, {quoted});"
+            )
+        elif schema_type == "Tensor[]":
+            lines.append(
+                f"    const std::vector<Tensor> {name} = ToViews({name}_t, {op}, {quoted});"
+            )
+        elif schema_type == "ScalarType":
+            lines.append(f"    const DataType {name} = ToDataType({name}_t, {op}, {quoted});")
+    first = _first_tensor(spec)
+    like = f"{first.name}_t" if first.cpp_type == "Tensor" else f"{first.name}_t.front()"
+    inputs = ", ".join(p.name for p in spec.inputs)
+    optional = {p.name for p, schema_type, _ in params if schema_type == "Tensor?"}
+    for param in spec.outputs:
+        name, quoted = param.name, f'"{param.name}"'
+        if param.name in taken:
+            view = "ToOptionalView" if name in optional else "ToView"
+            lines.append(f"    const std::optional<Tensor> {name} = {view}({name}_t, {op}, {quoted});")
+            if name in optional:  # an optional input's in-place output, e.g. key_out
+                alias = spec.params[_alias_index(spec, param)].name
+                lines.append(
+                    f'    POLYOPS_CHECK(!{alias} || {name}, "torch.ops.polyops.{overload.qualified}'
+                    f": {name} is required when {alias} is given (use "
+                    f'torch.ops.polyops.{spec.name} to update {alias} in place)");'
+                )
+        elif _camel(name) in spec.defaults:
+            lines += [
+                f"    const TensorMeta {name}_meta = {cls}::Default{_camel(name)}({inputs});",
+                f"    at::Tensor {name}_t = Allocate({name}_meta, {like});",
+                f"    const std::optional<Tensor> {name} = ToView({name}_t, {op}, {quoted});",
+            ]
+        else:  # omitted: in place on its input, which the schema declares mutated
+            lines.append(f"    const std::optional<Tensor> {name};")
+    args = ", ".join(p.name for p in spec.params)
+    lines.append(f"    Run{cls}(implementation_index, std::nullopt, /*release_gil=*/false, {args});")
+    returns = [f"{p.name}_t" for p in overload.returns]
+    if len(returns) == 1:
+        lines.append(f"    return {returns[0]};")
+    elif returns:
+        lines.append(f"    return {{{', '.join(returns)}}};")
+    lines += ["  });", "}"]
+    return "\n".join(lines)
+
+
+def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
+    overloads = [o for spec in specs for o in torch_overloads(spec)]
+    lines = [
+        "// Generated by scripts/generate_wrappers.py. Do not edit.",
+        "// The torch.library registration of every op: schemas and kernels.",
+        "#include <torch/library.h>",
+        "",
+        '#include "generated/run.h"',
+        '#include "python/torch_library.h"',
+        "",
+        "namespace polyops::python {",
+        "namespace {",
+        "",
+    ]
+    lines += [emit_torch_kernel(o) + "\n" for o in overloads]
+    lines += ["}  // namespace", "", "const std::vector<TorchOverload>& TorchOverloads() {"]
+    lines.append("  static const auto* overloads = new std::vector<TorchOverload>{")
+    for o in overloads:
+        returns = ", ".join(f'"{p.name}"' for p in o.returns)
+        lines.append(
+            f'      {{"{o.spec.name}", "{o.name}", {_cpp_string(torch_schema(o))}, {{{returns}}}}},'
+        )
+    lines += ["  };", "  return *overloads;", "}", ""]
+    lines += [
+        "void RegisterTorchLibrary() {",
+        "  // Never destroyed: deregistering at exit could run after torch's dispatcher is gone.",
+        "  static auto* libraries = new std::vector<std::unique_ptr<torch::Library>>();",
+        "  if (!libraries->empty()) return;",
+        "  std::vector<std::unique_ptr<torch::Library>> made;",
+        "  made.push_back(std::make_unique<torch::Library>(torch::Library::DEF, \"polyops\",",
+        "                                                  std::nullopt, __FILE__, __LINE__));",
+        f'  made.back()->set_python_module("{TORCH_PYTHON_MODULE}");',
+        "  for (const TorchOverload& overload : TorchOverloads()) {",
+        "    made.back()->def(overload.schema);",
+        "  }",
+    ]
+    for device in devices:
+        lines += [
+            "  made.push_back(std::make_unique<torch::Library>(",
+            '      torch::Library::IMPL, "polyops", '
+            f"c10::DispatchKey::{DISPATCH_KEYS[device]}, __FILE__, __LINE__));",
+        ]
+        lines += [f'  made.back()->impl("{o.qualified}", TORCH_FN({o.function}));' for o in overloads]
+    lines += [
+        "  *libraries = std::move(made);",
         "}",
         "",
         "}  // namespace polyops::python",
@@ -491,7 +806,9 @@ def main(argv: list[str] | None = None) -> int:
                 out / f"{device}_{spec.name}.{suffix}",
                 emit_device_source(spec, device, impls),
             )
+    write_if_changed(out / "run.h", emit_run_header(specs, devices))
     write_if_changed(out / "bindings.cc", emit_bindings(specs, devices))
+    write_if_changed(out / "torch_library.cc", emit_torch_library(specs, devices))
     return 0
 
 

@@ -12,13 +12,14 @@ kernel.
 from __future__ import annotations
 
 import os
+import warnings
 
 # Loads OpenBLAS (RTLD_GLOBAL) before _C, which links it: _C then finds it
 # by its soname whatever its rpath says.
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C
+from polyops import _C, _torch_library
 
 if _C._torch_version != torch.__version__:
     raise ImportError(
@@ -40,7 +41,6 @@ matmul = _C.matmul
 mul = _C.mul
 reshape_and_cache = _C.reshape_and_cache
 flash_attention = _C.flash_attention
-mul = _C.mul
 paged_attention = _C.paged_attention
 rms_norm = _C.rms_norm
 rotary_embedding = _C.rotary_embedding
@@ -133,7 +133,28 @@ def _apply_environment(spec: str) -> None:
             raise ValueError(f"POLYOPS_IMPLEMENTATIONS={spec!r}: {error}") from None
 
 
+def torch_ops_registered() -> bool:
+    """Whether ``import polyops`` registered the ops as ``torch.ops.polyops.<op>``.
+
+    It does unless the registration failed (e.g. another library already
+    defines the ``polyops`` namespace); a warning then says why. See docs/torch.md.
+    """
+    return _torch_ops_error is None
+
+
 _apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
+
+_torch_ops_error: str | None = None
+try:
+    _torch_library.register()
+except Exception as error:  # noqa: BLE001 - the fast functions work without it
+    _torch_ops_error = f"{type(error).__name__}: {error}"
+    warnings.warn(
+        f"polyops: torch.ops.polyops is not available ({_torch_ops_error}); "
+        "the polyops.<op> functions are unaffected",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 __all__ = [
     "add",
@@ -162,4 +183,5 @@ __all__ = [
     "silu_and_mul",
     "swiglu",
     "topk_topp_sampling",
+    "torch_ops_registered",
 ]

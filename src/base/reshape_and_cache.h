@@ -29,6 +29,8 @@ class ReshapeAndCache : public OperatorBase {
  public:
   static constexpr const char* kName = "reshape_and_cache";
   static constexpr int kNumPositional = 5;
+  // Written in place: the torch.library schema declares them Tensor(a!).
+  static constexpr const char* kMutates[] = {"key_cache", "value_cache"};
 
   ReshapeAndCache(const Tensor& key, const Tensor& value,
                   const Tensor& key_cache, const Tensor& value_cache,

@@ -126,7 +126,7 @@ inline std::optional<Tensor> ToOptionalView(
   return ToView(*tensor, op, name);
 }
 
-inline std::vector<Tensor> ToViews(const std::vector<at::Tensor>& tensors,
+inline std::vector<Tensor> ToViews(c10::ArrayRef<at::Tensor> tensors,
                                    const char* op, const char* name) {
   std::vector<Tensor> views;
   views.reserve(tensors.size());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "python/binding_support.h"
+#include "python/torch_library.h"
 
 #ifndef POLYOPS_TORCH_VERSION
 #define POLYOPS_TORCH_VERSION "unknown"
@@ -49,7 +50,10 @@ py::dict InfoDict(const CacheInfo& info) {
 }  // namespace
 
 PYBIND11_MODULE(_C, module) {
-  py::register_exception_translator([](std::exception_ptr pointer) {
+  // Module-local: a global translator would also see every exception of
+  // torch's own pybind11 functions (pybind11 shares its internals across
+  // modules) and turn c10::ValueError & co. into RuntimeError.
+  py::register_local_exception_translator([](std::exception_ptr pointer) {
     try {
       if (pointer) std::rethrow_exception(pointer);
     } catch (const InvalidArgument& error) {
@@ -58,8 +62,6 @@ PYBIND11_MODULE(_C, module) {
       PyErr_SetString(PyExc_NotImplementedError, error.what());
     } catch (const BackendError& error) {
       PyErr_SetString(PyExc_RuntimeError, error.what());
-    } catch (const c10::Error& error) {
-      PyErr_SetString(PyExc_RuntimeError, error.what_without_backtrace());
     }
   });
 
@@ -140,6 +142,17 @@ PYBIND11_MODULE(_C, module) {
   built.append("npu");
 #endif
   module.attr("_built_devices") = built;
+
+  // torch.ops.polyops: python/polyops/_torch_library.py calls this on import,
+  // then registers a fake implementation per overload.
+  module.def("_register_torch_library", &RegisterTorchLibrary);
+  py::list overloads;
+  for (const TorchOverload& overload : TorchOverloads()) {
+    overloads.append(py::make_tuple(overload.op, overload.overload,
+                                    overload.schema,
+                                    py::tuple(py::cast(overload.returns))));
+  }
+  module.attr("_torch_overloads") = py::tuple(overloads);
   module.attr("_torch_version") = POLYOPS_TORCH_VERSION;
 }
 

@@ -1,0 +1,123 @@
+"""Registers every polyops op as ``torch.ops.polyops.<op>``, for code that torch.compile traces.
+
+The schemas and the kernels are generated from ``src/base/*.h`` (see
+``scripts/generate_wrappers.py``) and registered by ``_C._register_torch_library``.
+This module adds what torch.compile also needs: a fake implementation per
+overload, which gives the outputs' shapes and dtypes without running anything.
+Overloads that only mutate return nothing, so their fake is trivial; the ones
+that return tensors use the shape rules below, one per ``Default<Out>`` of the
+C++ headers (tests check both against the real kernels with
+``torch.library.opcheck``, including symbolic shapes).
+
+See docs/torch.md for when to use ``torch.ops.polyops.<op>`` rather than
+``polyops.<op>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from polyops import _C
+
+Values = Mapping[str, Any]
+
+
+def _like(name: str) -> Callable[[Values], torch.Tensor]:
+    """MetaLike(<name>): same shape and dtype, contiguous."""
+    return lambda v: v[name].new_empty(v[name].shape)
+
+
+def _cast(v: Values) -> torch.Tensor:
+    return v["input"].new_empty(v["input"].shape, dtype=v["dtype"])
+
+
+def _cat(v: Values) -> torch.Tensor:
+    tensors, dim = v["tensors"], v["dim"]
+    first = tensors[0]
+    ndim = first.dim()
+    shape = list(first.shape)
+    if ndim and -ndim <= dim < ndim:  # else the kernel raises
+        dim %= ndim
+        shape[dim] = sum(t.shape[dim] for t in tensors if t.dim() == ndim)
+    return first.new_empty(shape)
+
+
+def _product(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool) -> torch.Tensor:
+    """GemmBase::ProductMeta: op(a) @ op(b) for 2-D / batched 3-D operands."""
+    if not (2 <= a.dim() <= 3 and 2 <= b.dim() <= 3):
+        return a.new_empty(a.shape)  # the kernel raises
+    m = a.shape[-1] if trans_a else a.shape[-2]
+    n = b.shape[-2] if trans_b else b.shape[-1]
+    if a.dim() == 2 and b.dim() == 2:
+        return a.new_empty((m, n))
+    batch = a.shape[0] if a.dim() == 3 else b.shape[0]
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
+        batch = b.shape[0]
+    return a.new_empty((batch, m, n))
+
+
+def _linear(v: Values) -> torch.Tensor:
+    x, weight = v["input"], v["weight"]
+    shape = list(x.shape)
+    if shape and weight.dim():
+        shape[-1] = weight.shape[0]
+    return x.new_empty(shape)
+
+
+def _silu_and_mul(v: Values) -> torch.Tensor:
+    shape = list(v["input"].shape)
+    if shape:
+        shape[-1] //= 2
+    return v["input"].new_empty(shape)
+
+
+def _sampling(v: Values) -> torch.Tensor:
+    logits = v["logits"]
+    return logits.new_empty((logits.shape[0] if logits.dim() else 0,), dtype=torch.int64)
+
+
+#: op -> output -> shape rule; mirrors the Default<Out> functions of src/base/<op>.h.
+SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
+    "add": {"out": _like("input")},
+    "add_rms_norm": {"y_out": _like("x1"), "x_out": _like("x1")},
+    "cast": {"out": _cast},
+    "cat": {"out": _cat},
+    "causal_softmax": {"out": _like("input")},
+    "flash_attention": {"out": _like("query")},
+    "gemm": {"out": lambda v: _product(v["a"], v["trans_a"], v["b"], v["trans_b"])},
+    "linear": {"out": _linear},
+    "matmul": {"out": lambda v: _product(v["input"], False, v["other"], False)},
+    "mul": {"out": _like("input")},
+    "paged_attention": {"out": _like("query")},
+    "rms_norm": {"out": _like("input")},
+    "silu_and_mul": {"out": _silu_and_mul},
+    "swiglu": {"out": _like("input")},
+    "topk_topp_sampling": {"out": _sampling},
+}
+
+
+def _make_fake(schema: torch._C.FunctionSchema, rules: list[Callable[[Values], torch.Tensor]]):
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+
+    def fake(*args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...] | None:
+        values = {**defaults, **dict(zip(positional, args, strict=False)), **kwargs}
+        results = tuple(rule(values) for rule in rules)
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else results
+
+    return fake
+
+
+def register() -> None:
+    """Define torch.ops.polyops.* (schemas, kernels for every built device, fakes)."""
+    _C._register_torch_library()
+    for op, overload, _, returns in _C._torch_overloads:
+        schema = getattr(getattr(torch.ops.polyops, op), overload or "default")._schema
+        rules = [SHAPE_RULES[op][name] for name in returns]
+        qualname = f"polyops::{op}" + (f".{overload}" if overload else "")
+        torch.library.register_fake(qualname, _make_fake(schema, rules))
