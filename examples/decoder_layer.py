@@ -8,12 +8,18 @@ the final logits. The same layer runs in plain torch (float32 math from the same
 every stage's largest error is printed with the time of both, and the script exits 1 when
 an error exceeds the dtype's tolerance.
 
+The layer is written once against an op namespace: ``polyops`` (the fast functions, the
+default) or ``torch.ops.polyops`` (the torch.library form, which ``torch.compile`` traces;
+``--torch-ops``, plus ``--compile`` to run it through ``torch.compile(fullgraph=True)``).
+
     python examples/decoder_layer.py --dtype bfloat16
+    python examples/decoder_layer.py --torch-ops --compile
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -58,22 +64,26 @@ class Weights:
         self.cos_sin = torch.cat([angles.cos(), angles.sin()], dim=-1).to(dtype)
 
 
-def polyops_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table):
-    """One layer over tokens `x` [T, hidden]; prefill when cu_q is given, else decode."""
+def polyops_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table, ops=polyops):
+    """One layer over tokens `x` [T, hidden]; prefill when cu_q is given, else decode.
+
+    `ops` is ``polyops`` or ``torch.ops.polyops``: the code uses only what both forms share
+    (rotary_embedding and reshape_and_cache update their tensors in place).
+    """
     stages = {}
     d, hq, hkv = args.head_size, args.heads, args.kv_heads
-    normed = polyops.rms_norm(x, w.norm1, args.eps)
+    normed = ops.rms_norm(x, w.norm1, args.eps)
     stages["rms_norm"] = normed
-    qkv = polyops.linear(normed, w.qkv)
+    qkv = ops.linear(normed, w.qkv)
     stages["linear qkv"] = qkv
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    q, k = polyops.rotary_embedding(positions, q, k, d, w.cos_sin, True)
+    ops.rotary_embedding(positions, q, k, d, w.cos_sin, True)
     stages["rotary_embedding"] = torch.cat([q, k], dim=-1)
     key_cache, value_cache, slots = cache
-    polyops.reshape_and_cache(k.view(-1, hkv, d), v.view(-1, hkv, d), key_cache, value_cache, slots)
+    ops.reshape_and_cache(k.view(-1, hkv, d), v.view(-1, hkv, d), key_cache, value_cache, slots)
     if cu_q is not None:
-        attn = polyops.flash_attention(
+        attn = ops.flash_attention(
             q.view(-1, hq, d),
             key_cache,
             value_cache,
@@ -85,21 +95,21 @@ def polyops_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table):
         stages["flash_attention"] = attn
     else:
         seq_lens = (cu_kv[1:] - cu_kv[:-1]).to(torch.int32)
-        attn = polyops.paged_attention(
+        attn = ops.paged_attention(
             q.view(-1, hq, d), key_cache, value_cache, seq_lens, block_table
         )
         stages["paged_attention"] = attn
-    o = polyops.linear(attn.reshape(-1, hq * d), w.o)
+    o = ops.linear(attn.reshape(-1, hq * d), w.o)
     stages["linear o"] = o
-    y, residual = polyops.add_rms_norm(o, x, w.norm2, args.eps)
+    y, residual = ops.add_rms_norm(o, x, w.norm2, args.eps)
     stages["add_rms_norm"] = y
-    gate_up = polyops.linear(y, w.gate_up)
+    gate_up = ops.linear(y, w.gate_up)
     stages["linear gate_up"] = gate_up
-    act = polyops.silu_and_mul(gate_up)
+    act = ops.silu_and_mul(gate_up)
     stages["silu_and_mul"] = act
-    down = polyops.linear(act, w.down)
+    down = ops.linear(act, w.down)
     stages["linear down"] = down
-    out = polyops.add(down, residual)
+    out = ops.add(down, residual)
     stages["add"] = out
     return out, stages
 
@@ -189,7 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-positions", type=int, default=4096)
     parser.add_argument("--eps", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--torch-ops", action="store_true", help="call the ops as torch.ops.polyops.<op>"
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the layer through torch.compile(fullgraph=True) (implies --torch-ops; "
+        "the polyops time then includes compiling)",
+    )
     args = parser.parse_args(argv)
+    ops = torch.ops.polyops if args.torch_ops or args.compile else polyops
+    layer = functools.partial(polyops_layer, ops=ops)
+    if args.compile:
+        layer = torch.compile(layer, fullgraph=True)
     dtype = DTYPES[args.dtype]
     g = torch.Generator().manual_seed(args.seed)
     w = Weights(args, dtype, g)
@@ -235,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "prefill":
             cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
         start = time.perf_counter()
-        out, stages = polyops_layer(
+        out, stages = layer(
             x, positions, (key_cache, value_cache, slots), w, args, cu_q, cu_kv, block_table
         )
         times["polyops"] += time.perf_counter() - start
@@ -251,15 +274,17 @@ def main(argv: list[str] | None = None) -> int:
         last = torch.tensor(q_lens).cumsum(0) - 1
         x = out[last].contiguous()
 
-    logits = polyops.linear(x, w.lm_head)
+    logits = ops.linear(x, w.lm_head)
     errors["final     logits"] = rel_error(logits, x.float() @ w.lm_head.float().T)
     u = torch.rand(batch, generator=g)
-    tokens = polyops.topk_topp_sampling(logits, 50, 0.9, uniform=u)
+    tokens = ops.topk_topp_sampling(logits, 50, 0.9, uniform=u)
     expected_tokens = reference_sample(logits, 50, 0.9, u)
 
     tolerance = TOLERANCE[dtype]
+    form = "torch.compile(torch.ops.polyops)" if args.compile else f"{ops.__name__}.<op>"
     print(
-        f"decoder layer, {args.dtype}, prefill lengths {lengths}, {args.decode_steps} decode steps"
+        f"decoder layer via {form}, {args.dtype}, prefill lengths {lengths}, "
+        f"{args.decode_steps} decode steps"
     )
     print(f"{'step / stage':<30} {'max rel error':>14}  (tolerance {tolerance:g})")
     failed = 0

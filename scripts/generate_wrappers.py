@@ -684,7 +684,9 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
         name, quoted = param.name, f'"{param.name}"'
         if param.name in taken:
             view = "ToOptionalView" if name in optional else "ToView"
-            lines.append(f"    const std::optional<Tensor> {name} = {view}({name}_t, {op}, {quoted});")
+            lines.append(
+                f"    const std::optional<Tensor> {name} = {view}({name}_t, {op}, {quoted});"
+            )
             if name in optional:  # an optional input's in-place output, e.g. key_out
                 alias = spec.params[_alias_index(spec, param)].name
                 lines.append(
@@ -701,7 +703,9 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
         else:  # omitted: in place on its input, which the schema declares mutated
             lines.append(f"    const std::optional<Tensor> {name};")
     args = ", ".join(p.name for p in spec.params)
-    lines.append(f"    Run{cls}(implementation_index, std::nullopt, /*release_gil=*/false, {args});")
+    lines.append(
+        f"    Run{cls}(implementation_index, std::nullopt, /*release_gil=*/false, {args});"
+    )
     returns = [f"{p.name}_t" for p in overload.returns]
     if len(returns) == 1:
         lines.append(f"    return {returns[0]};")
@@ -740,7 +744,7 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         "  static auto* libraries = new std::vector<std::unique_ptr<torch::Library>>();",
         "  if (!libraries->empty()) return;",
         "  std::vector<std::unique_ptr<torch::Library>> made;",
-        "  made.push_back(std::make_unique<torch::Library>(torch::Library::DEF, \"polyops\",",
+        '  made.push_back(std::make_unique<torch::Library>(torch::Library::DEF, "polyops",',
         "                                                  std::nullopt, __FILE__, __LINE__));",
         f'  made.back()->set_python_module("{TORCH_PYTHON_MODULE}");',
         "  for (const TorchOverload& overload : TorchOverloads()) {",
@@ -753,7 +757,9 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
             '      torch::Library::IMPL, "polyops", '
             f"c10::DispatchKey::{DISPATCH_KEYS[device]}, __FILE__, __LINE__));",
         ]
-        lines += [f'  made.back()->impl("{o.qualified}", TORCH_FN({o.function}));' for o in overloads]
+        lines += [
+            f'  made.back()->impl("{o.qualified}", TORCH_FN({o.function}));' for o in overloads
+        ]
     lines += [
         "  *libraries = std::move(made);",
         "}",
