@@ -95,9 +95,7 @@ def polyops_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table, ops=po
         stages["flash_attention"] = attn
     else:
         seq_lens = (cu_kv[1:] - cu_kv[:-1]).to(torch.int32)
-        attn = ops.paged_attention(
-            q.view(-1, hq, d), key_cache, value_cache, seq_lens, block_table
-        )
+        attn = ops.paged_attention(q.view(-1, hq, d), key_cache, value_cache, seq_lens, block_table)
         stages["paged_attention"] = attn
     o = ops.linear(attn.reshape(-1, hq * d), w.o)
     stages["linear o"] = o

@@ -11,12 +11,18 @@ From that this script writes, into the output directory:
   ``src/<device>/<op>/*.h`` implementation and defines the two functions the
   bindings call (construct slot N; list the slots with their names).
 * ``ops.h``: their declarations.
-* ``bindings.cc``: one pybind11 function per op whose keyword names, order,
+* ``run.h``: ``Run<Op>()``, which checks devices, finds or builds the cached
+  instance and runs it; shared by the two entry points below.
+* ``bindings.cc``: one METH_FASTCALL function per op whose keyword names, order,
   defaults and keyword-only marker come from the constructor, followed by
   the keyword-only ``implementation_index`` and ``stream`` every op takes.
+* ``torch_library.cc``: the ``torch.ops.polyops`` schemas (functional and
+  ``.out`` overloads, mutated arguments annotated) and one typed kernel per
+  overload, registered for every enabled device (see docs/torch.md).
 
-Because the Python signature is derived from the C++ one, the two cannot
-drift; ``tests/test_signatures.py`` checks the result independently.
+Because the Python signature and the schemas are derived from the C++ one,
+they cannot drift; ``tests/test_signatures.py`` and
+``tests/test_torch_library.py`` check the results independently.
 """
 
 from __future__ import annotations
@@ -580,7 +586,7 @@ class TorchOverload:
 
 
 def torch_overloads(spec: OpSpec) -> list[TorchOverload]:
-    """The overloads of `spec`, `.out` ones first (see _torch_overload_order in the docs)."""
+    """The overloads of `spec`, `.out` ones first (docs/torch.md: calling through the packet)."""
     choices = [p.name for p in spec.params if p.cpp_type == "ScalarOrTensor"]
     overloads = []
     for kinds in itertools.product(("Tensor", "Scalar"), repeat=len(choices)):

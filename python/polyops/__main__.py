@@ -83,6 +83,8 @@ def self_check() -> list[tuple[str, int, str, str, float, bool]]:
 def main() -> int:
     print(f"polyops {polyops.__version__} (torch {torch.__version__})")
     print(f"devices: {', '.join(polyops.devices())}")
+    registered = polyops.torch_ops_registered()
+    print(f"torch.ops.polyops: {'registered' if registered else 'NOT registered'}")
     print("operators and implementations:")
     for op in polyops.operators():
         slots = {d: polyops.implementations(op, d) for d in polyops.devices()}
