@@ -186,7 +186,7 @@ def _cpp_arg_type(param: Param) -> str:
 
 
 def _py_default(param: Param) -> str:
-    """The C++ default as a Python literal (for __text_signature__)."""
+    """The C++ default as a Python literal (for __text_signature__ and the torch schemas)."""
     return {"std::nullopt": "None", "true": "True", "false": "False"}.get(
         param.default, param.default
     )
@@ -509,7 +509,8 @@ def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
 # Every op is also registered as torch.ops.polyops.<op>, for code that torch.compile traces.
 # Per op (and per Tensor/Scalar choice of each ScalarOrTensor argument, which a schema cannot
 # express as one type) there are two overloads:
-#   <op>.out  every output is a required `Tensor(a!)` keyword argument; returns ().
+#   <op>.out  every output is a keyword `Tensor(a!)` argument, required unless it is the
+#             in-place output of an optional input (rotary key_out); returns ().
 #   <op>      outputs with a Default<Out> allocator are allocated and returned; outputs that
 #             default to in place on an input (rotary's query_out) are dropped and that
 #             input is declared mutated instead.
@@ -599,12 +600,6 @@ def torch_overloads(spec: OpSpec) -> list[TorchOverload]:
     return overloads
 
 
-def _schema_default(param: Param) -> str:
-    return {"std::nullopt": "None", "true": "True", "false": "False"}.get(
-        param.default, param.default
-    )
-
-
 def torch_schema(overload: TorchOverload) -> str:
     spec = overload.spec
     mutated = set(spec.mutates) | overload.in_place_inputs()
@@ -619,7 +614,7 @@ def torch_schema(overload: TorchOverload) -> str:
             schema_type = f"Tensor({next(letters)}!)" + ("?" if optional else "")
         text = f"{schema_type} {param.name}"
         if param.default is not None and not (param.is_output and not schema_type.endswith("?")):
-            text += f"={_schema_default(param)}"
+            text += f"={_py_default(param)}"
         parts.append(text)
     if not keyword_only:
         parts.append("*")
