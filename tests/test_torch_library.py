@@ -570,3 +570,16 @@ def test_the_mutation_checks_catch_an_undeclared_mutation():
         assert _compile(fn)(torch.zeros(4)) == (0, 0)
     finally:
         lib._destroy()
+
+
+def test_export_and_meta_tensors():
+    class Norm(torch.nn.Module):
+        def forward(self, x, w):
+            return ops.rms_norm(x, w, 1e-5)
+
+    x, w = _randn(4, 16), _randn(16, seed=1)
+    exported = torch.export.export(Norm(), (x, w))
+    assert "torch.ops.polyops.rms_norm.default" in exported.graph_module.code
+    assert torch.equal(exported.module()(x, w), polyops.rms_norm(x, w, 1e-5))
+    joined = ops.cat([torch.empty(2, 3, device="meta"), torch.empty(4, 3, device="meta")])
+    assert (joined.shape, joined.device.type) == ((6, 3), "meta")
