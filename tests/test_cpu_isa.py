@@ -1,5 +1,5 @@
-"""The row kernels and the attention tile kernel exist in baseline, AVX2 and AVX-512
-builds, chosen at run time.
+"""The row kernels, the attention tile kernel and the compute-bound elementwise maps
+(silu_and_mul, swiglu) exist in baseline, AVX2 and AVX-512 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
 and must give the same bits as the others (the build does not contract
@@ -33,6 +33,10 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     cq = torch.tensor([0, 5, 70], dtype=torch.int32)
     ck = torch.tensor([0, 20, 90], dtype=torch.int32)
     out[f"attention_{dtype}"] = polyops.flash_attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
+    # Spans the exp clamps (|x| > 87) and odd lengths (the vector loops' tails).
+    m = torch.cat([torch.randn(37, 1001, generator=h) * 30, torch.randn(1, 1001, generator=h) * 200]).to(dtype)
+    out[f"silu_and_mul_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
+    out[f"swiglu_{dtype}"] = polyops.swiglu(m[:, 1:], m[:, :-1])
 torch.save(out, sys.argv[1])
 """
 
@@ -65,7 +69,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
-        # flash_attention's tile kernel (checked against float64 in test_attention.py).
-        key = f"attention_{dtype}"
-        for isa in ("avx2", "all"):
-            assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
+        # Checked against float64 in test_attention.py and test_elementwise.py.
+        for key in (f"attention_{dtype}", f"silu_and_mul_{dtype}", f"swiglu_{dtype}"):
+            for isa in ("avx2", "all"):
+                assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"

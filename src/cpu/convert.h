@@ -11,9 +11,22 @@
 
 #include "core/data_type.h"
 
-// Forces inlining, so helpers take the ISA of the kernel that calls them
-// (see POLYOPS_TARGET_AVX2 in cpu/row_kernels.h).
+// Forces inlining, so helpers take the ISA of the kernel that calls them.
 #define POLYOPS_INLINE inline __attribute__((always_inline))
+
+// Compute-bound kernels are compiled three times: for the x86-64 baseline,
+// for AVX2 + FMA + F16C and for AVX-512, chosen at run time
+// (HasAvx2/HasAvx512), so the wheel runs on any x86-64 and uses the widest
+// vectors it finds. The build never contracts a*b+c, so the variants give
+// the same bits.
+#if defined(__x86_64__)
+#define POLYOPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define POLYOPS_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#else
+#define POLYOPS_TARGET_AVX2
+#define POLYOPS_TARGET_AVX512
+#endif
 
 namespace polyops::cpu {
 

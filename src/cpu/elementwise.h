@@ -55,6 +55,60 @@ void ForEachElement(const ElementwiseLayout<K>& layout, Fn&& fn) {
   }
 }
 
+// One block of MapBlocks: the `block`-th piece of up to kBlock elements.
+template <typename T, int K, typename Fn>
+POLYOPS_INLINE void MapBlock(const ElementwiseLayout<K>& layout,
+                             void* const (&data)[K], const int64_t (&extra)[K],
+                             int64_t block, int64_t blocks_per_run, Fn& fn) {
+  using C = ComputeType<T>;
+  const int64_t inner = layout.inner();
+  const int last = layout.ndim - 1;
+  const int64_t run = block / blocks_per_run;
+  const int64_t begin = (block % blocks_per_run) * kBlock;
+  const int64_t n = std::min(kBlock, inner - begin);
+  int64_t offsets[K];
+  layout.Offsets(run * inner + begin, offsets);
+  C buffers[K][kBlock];
+  const C* inputs[K > 1 ? K - 1 : 1];
+  for (int k = 1; k < K; ++k) {
+    const T* src = static_cast<const T*>(data[k]) + offsets[k] + extra[k];
+    const int64_t stride = layout.strides[k][last];
+    if constexpr (std::is_same_v<T, C>) {
+      if (stride == 1) {
+        inputs[k - 1] = src;
+        continue;
+      }
+    }
+    LoadBlock(src, stride, buffers[k], n);
+    inputs[k - 1] = buffers[k];
+  }
+  T* dst = static_cast<T*>(data[0]) + offsets[0] + extra[0];
+  const int64_t out_stride = layout.strides[0][last];
+  if constexpr (std::is_same_v<T, C>) {
+    if (out_stride == 1) {
+      fn(dst, inputs, n);
+      return;
+    }
+  }
+  fn(buffers[0], inputs, n);
+  StoreBlock(buffers[0], dst, out_stride, n);
+}
+
+// MapBlock built for each ISA; `flatten` inlines the op's lambda and the
+// conversions into it, so they are vectorized for that ISA.
+#define POLYOPS_MAP_BLOCK_VARIANT(Name, Target)                         \
+  template <typename T, int K, typename Fn>                             \
+  Target __attribute__((flatten)) void Name(                            \
+      const ElementwiseLayout<K>& layout, void* const(&data)[K],        \
+      const int64_t (&extra)[K], int64_t block, int64_t blocks_per_run, \
+      Fn& fn) {                                                         \
+    MapBlock<T, K>(layout, data, extra, block, blocks_per_run, fn);     \
+  }
+POLYOPS_MAP_BLOCK_VARIANT(MapBlockBase, )
+POLYOPS_MAP_BLOCK_VARIANT(MapBlockAvx2, POLYOPS_TARGET_AVX2)
+POLYOPS_MAP_BLOCK_VARIANT(MapBlockAvx512, POLYOPS_TARGET_AVX512)
+#undef POLYOPS_MAP_BLOCK_VARIANT
+
 // The fast traversal: splits the space into blocks of up to kBlock elements
 // of one innermost run, spread over OpenMP threads when `parallel` and the
 // tensor is large. Operand 0 is the output; operands 1..K-1 are inputs, all
@@ -62,48 +116,32 @@ void ForEachElement(const ElementwiseLayout<K>& layout, Fn&& fn) {
 // For each block, fn(out, in, n) computes on compute-typed views: for
 // contiguous float32 data they point straight at the tensors, otherwise at
 // staging buffers that are converted in and out here.
-template <typename T, int K, typename Fn>
+// kIsaVariants builds the block loop for baseline, AVX2 and AVX-512 and
+// picks one at run time: worth it for compute-bound maps (silu's exp), not
+// for plain memory-bound ones, which would only triple their code.
+template <typename T, int K, bool kIsaVariants = false, typename Fn>
 void MapBlocks(const ElementwiseLayout<K>& layout, void* const (&data)[K],
                const int64_t (&extra)[K], bool parallel, Fn&& fn) {
-  using C = ComputeType<T>;
   const int64_t inner = layout.inner();
   const int64_t runs = layout.runs();
   if (runs == 0) return;
   const int64_t blocks_per_run = (inner + kBlock - 1) / kBlock;
   const int64_t total = runs * blocks_per_run;
-  const int last = layout.ndim - 1;
   const bool go_parallel = parallel && layout.numel >= kParallelGrain;
-  ParallelFor(total, go_parallel, [&](int64_t block) {
-    const int64_t run = block / blocks_per_run;
-    const int64_t begin = (block % blocks_per_run) * kBlock;
-    const int64_t n = std::min(kBlock, inner - begin);
-    int64_t offsets[K];
-    layout.Offsets(run * inner + begin, offsets);
-    C buffers[K][kBlock];
-    const C* inputs[K > 1 ? K - 1 : 1];
-    for (int k = 1; k < K; ++k) {
-      const T* src = static_cast<const T*>(data[k]) + offsets[k] + extra[k];
-      const int64_t stride = layout.strides[k][last];
-      if constexpr (std::is_same_v<T, C>) {
-        if (stride == 1) {
-          inputs[k - 1] = src;
-          continue;
-        }
-      }
-      LoadBlock(src, stride, buffers[k], n);
-      inputs[k - 1] = buffers[k];
-    }
-    T* dst = static_cast<T*>(data[0]) + offsets[0] + extra[0];
-    const int64_t out_stride = layout.strides[0][last];
-    if constexpr (std::is_same_v<T, C>) {
-      if (out_stride == 1) {
-        fn(dst, inputs, n);
-        return;
-      }
-    }
-    fn(buffers[0], inputs, n);
-    StoreBlock(buffers[0], dst, out_stride, n);
-  });
+  if constexpr (kIsaVariants) {
+    using Variant = void (*)(const ElementwiseLayout<K>&, void* const(&)[K],
+                             const int64_t (&)[K], int64_t, int64_t, Fn&);
+    const Variant variant = HasAvx512() ? &MapBlockAvx512<T, K, Fn>
+                            : HasAvx2() ? &MapBlockAvx2<T, K, Fn>
+                                        : &MapBlockBase<T, K, Fn>;
+    ParallelFor(total, go_parallel, [&](int64_t block) {
+      variant(layout, data, extra, block, blocks_per_run, fn);
+    });
+  } else {
+    ParallelFor(total, go_parallel, [&](int64_t block) {
+      MapBlock<T, K>(layout, data, extra, block, blocks_per_run, fn);
+    });
+  }
 }
 
 }  // namespace polyops::cpu

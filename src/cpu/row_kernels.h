@@ -18,18 +18,8 @@
 
 namespace polyops::cpu {
 
-// Row kernels are compiled three times: for the x86-64 baseline, for AVX2 +
-// FMA + F16C and for AVX-512, chosen at run time (cpu::HasAvx2/HasAvx512),
-// so the wheel runs on any x86-64 and uses the widest vectors it finds.
-#if defined(__x86_64__)
-#define POLYOPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define POLYOPS_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#else
-#define POLYOPS_TARGET_AVX2
-#define POLYOPS_TARGET_AVX512
-#endif
-
+// Row kernels are compiled three times (baseline, AVX2, AVX-512; see
+// POLYOPS_TARGET_AVX2 in cpu/convert.h) and chosen at run time.
 // Declares Name##Base, Name##Avx2 and Name##Avx512 (templates over T) that
 // all inline the kernel `Name`, and Name##ForCpu<T>() picking one.
 #define POLYOPS_ROW_KERNEL_VARIANTS(Name, Params, Args) \

@@ -21,13 +21,13 @@ class Operator<SiluAndMul, Device::Type::kCpu, 0> : public SiluAndMul {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.silu_and_mul", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          cpu::MapBlocks<T, 3>(layout_,
-                               {out->data(), input.data(), input.data()},
-                               {0, 0, up_offset_}, /*parallel=*/true,
-                               [](float* y, const float* const* x, int64_t n) {
-                                 for (int64_t i = 0; i < n; ++i)
-                                   y[i] = cpu::Silu(x[0][i]) * x[1][i];
-                               });
+          cpu::MapBlocks<T, 3, /*kIsaVariants=*/true>(
+              layout_, {out->data(), input.data(), input.data()},
+              {0, 0, up_offset_}, /*parallel=*/true,
+              [](float* y, const float* const* x, int64_t n) {
+                for (int64_t i = 0; i < n; ++i)
+                  y[i] = cpu::Silu(x[0][i]) * x[1][i];
+              });
         });
   }
 };

@@ -21,7 +21,7 @@ class Operator<Swiglu, Device::Type::kCpu, 0> : public Swiglu {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.swiglu", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          cpu::MapBlocks<T, 3>(
+          cpu::MapBlocks<T, 3, /*kIsaVariants=*/true>(
               layout_, {out->data(), input.data(), gate.data()}, {0, 0, 0},
               /*parallel=*/true,
               [](float* y, const float* const* x, int64_t n) {
