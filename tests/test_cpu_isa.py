@@ -1,5 +1,6 @@
-"""The row kernels, the attention tile kernel and the compute-bound elementwise maps
-(silu_and_mul, swiglu) exist in baseline, AVX2 and AVX-512 builds, chosen at run time.
+"""The row kernels, the attention tile kernel, the compute-bound elementwise maps
+(silu_and_mul, swiglu) and the rotary kernel exist in baseline, AVX2 and AVX-512
+builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
 and must give the same bits as the others (the build does not contract
@@ -34,9 +35,18 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     ck = torch.tensor([0, 20, 90], dtype=torch.int32)
     out[f"attention_{dtype}"] = polyops.flash_attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
     # Spans the exp clamps (|x| > 87) and odd lengths (the vector loops' tails).
-    m = torch.cat([torch.randn(37, 1001, generator=h) * 30, torch.randn(1, 1001, generator=h) * 200]).to(dtype)
+    m = torch.randn(38, 1001, generator=h) * 30
+    m[-1] *= 7
+    m = m.to(dtype)
     out[f"silu_and_mul_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
     out[f"swiglu_{dtype}"] = polyops.swiglu(m[:, 1:], m[:, :-1])
+    cache = torch.randn(64, 96, generator=h).to(dtype)
+    pos = torch.randint(0, 64, (38,), generator=h)
+    rq, rk = m[:, : 4 * 128].reshape(-1, 4, 128).clone(), m[:, 1: 1 + 128].clone()
+    polyops.rotary_embedding(pos, rq, rk, 128, cache, True)
+    out[f"rotary_neox_{dtype}"] = torch.cat([rq.flatten(), rk.flatten()])
+    polyops.rotary_embedding(pos, rq, rk, 128, cache, False)
+    out[f"rotary_pairs_{dtype}"] = torch.cat([rq.flatten(), rk.flatten()])
 torch.save(out, sys.argv[1])
 """
 
@@ -69,7 +79,8 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
-        # Checked against float64 in test_attention.py and test_elementwise.py.
-        for key in (f"attention_{dtype}", f"silu_and_mul_{dtype}", f"swiglu_{dtype}"):
+        # Checked against float64 in test_attention.py, test_elementwise.py, test_rotary.py.
+        for op in ("attention", "silu_and_mul", "swiglu", "rotary_neox", "rotary_pairs"):
+            key = f"{op}_{dtype}"
             for isa in ("avx2", "all"):
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"

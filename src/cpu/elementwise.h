@@ -94,21 +94,6 @@ POLYOPS_INLINE void MapBlock(const ElementwiseLayout<K>& layout,
   StoreBlock(buffers[0], dst, out_stride, n);
 }
 
-// MapBlock built for each ISA; `flatten` inlines the op's lambda and the
-// conversions into it, so they are vectorized for that ISA.
-#define POLYOPS_MAP_BLOCK_VARIANT(Name, Target)                         \
-  template <typename T, int K, typename Fn>                             \
-  Target __attribute__((flatten)) void Name(                            \
-      const ElementwiseLayout<K>& layout, void* const(&data)[K],        \
-      const int64_t (&extra)[K], int64_t block, int64_t blocks_per_run, \
-      Fn& fn) {                                                         \
-    MapBlock<T, K>(layout, data, extra, block, blocks_per_run, fn);     \
-  }
-POLYOPS_MAP_BLOCK_VARIANT(MapBlockBase, )
-POLYOPS_MAP_BLOCK_VARIANT(MapBlockAvx2, POLYOPS_TARGET_AVX2)
-POLYOPS_MAP_BLOCK_VARIANT(MapBlockAvx512, POLYOPS_TARGET_AVX512)
-#undef POLYOPS_MAP_BLOCK_VARIANT
-
 // The fast traversal: splits the space into blocks of up to kBlock elements
 // of one innermost run, spread over OpenMP threads when `parallel` and the
 // tensor is large. Operand 0 is the output; operands 1..K-1 are inputs, all
@@ -128,19 +113,13 @@ void MapBlocks(const ElementwiseLayout<K>& layout, void* const (&data)[K],
   const int64_t blocks_per_run = (inner + kBlock - 1) / kBlock;
   const int64_t total = runs * blocks_per_run;
   const bool go_parallel = parallel && layout.numel >= kParallelGrain;
+  auto body = [&](int64_t block) {
+    MapBlock<T, K>(layout, data, extra, block, blocks_per_run, fn);
+  };
   if constexpr (kIsaVariants) {
-    using Variant = void (*)(const ElementwiseLayout<K>&, void* const(&)[K],
-                             const int64_t (&)[K], int64_t, int64_t, Fn&);
-    const Variant variant = HasAvx512() ? &MapBlockAvx512<T, K, Fn>
-                            : HasAvx2() ? &MapBlockAvx2<T, K, Fn>
-                                        : &MapBlockBase<T, K, Fn>;
-    ParallelFor(total, go_parallel, [&](int64_t block) {
-      variant(layout, data, extra, block, blocks_per_run, fn);
-    });
+    ParallelForIsa(total, go_parallel, body);
   } else {
-    ParallelFor(total, go_parallel, [&](int64_t block) {
-      MapBlock<T, K>(layout, data, extra, block, blocks_per_run, fn);
-    });
+    ParallelFor(total, go_parallel, body);
   }
 }
 

@@ -2,6 +2,9 @@
 #define POLYOPS_CPU_PARALLEL_H_
 
 #include <cstdint>
+#include <type_traits>
+
+#include "cpu/convert.h"
 
 namespace polyops::cpu {
 
@@ -19,6 +22,35 @@ void ParallelFor(int64_t count, bool parallel, Fn&& fn) {
   } else {
     for (int64_t i = 0; i < count; ++i) fn(i);
   }
+}
+
+// fn(i) built for the baseline, AVX2 and AVX-512: `flatten` inlines fn's
+// body, and everything it calls, into each, so its loops are vectorized for
+// that ISA.
+template <typename Fn>
+__attribute__((flatten)) void CallBase(Fn& fn, int64_t i) {
+  fn(i);
+}
+template <typename Fn>
+POLYOPS_TARGET_AVX2 __attribute__((flatten)) void CallAvx2(Fn& fn, int64_t i) {
+  fn(i);
+}
+template <typename Fn>
+POLYOPS_TARGET_AVX512 __attribute__((flatten)) void CallAvx512(Fn& fn,
+                                                               int64_t i) {
+  fn(i);
+}
+
+// ParallelFor with the body built for each ISA and the widest one the CPU
+// has picked at run time: for compute-bound bodies (exp, float16/bfloat16
+// conversion), not for plain copies, whose code it would only triple.
+template <typename Fn>
+void ParallelForIsa(int64_t count, bool parallel, Fn&& fn) {
+  using F = std::remove_reference_t<Fn>;
+  void (*const call)(F&, int64_t) = HasAvx512() ? &CallAvx512<F>
+                                    : HasAvx2() ? &CallAvx2<F>
+                                                : &CallBase<F>;
+  ParallelFor(count, parallel, [&](int64_t i) { call(fn, i); });
 }
 
 }  // namespace polyops::cpu

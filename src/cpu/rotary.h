@@ -61,7 +61,8 @@ inline void CopyRotaryTail(const T* src, T* dst, const RotaryHeads& in,
   }
 }
 
-// Rotates query and key (if any) for every token, OpenMP over tokens.
+// Rotates query and key (if any) for every token, OpenMP over tokens, in
+// the widest ISA the CPU has (the float16/bfloat16 conversions dominate).
 // table(t, &cos, &sin) gives token t's cos and sin rows (rotary_dim/2
 // elements of type C each, contiguous).
 template <typename T, typename C, typename TableFn>
@@ -70,7 +71,7 @@ void RotaryApply(const RotaryGeometry& g, const T* query, T* query_out,
   const int64_t half = g.rotary_dim / 2;
   const int64_t heads = g.query.heads + (g.has_key ? g.key.heads : 0);
   const bool parallel = g.tokens * heads * g.head_size >= kParallelGrain;
-  ParallelFor(g.tokens, parallel, [&](int64_t t) {
+  ParallelForIsa(g.tokens, parallel, [&](int64_t t) {
     const C* cos_row;
     const C* sin_row;
     table(t, &cos_row, &sin_row);
