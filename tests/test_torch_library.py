@@ -176,14 +176,6 @@ def _overload_case(op: str, overload: str, make: Callable[[], Case]) -> tuple[tu
     return tuple(args), kwargs
 
 
-def _packet_call(op: str, args: tuple, kwargs: dict):
-    return getattr(ops, op)(*args, **kwargs)
-
-
-def _cases(op: str):
-    return [pytest.param(make, id=f"case{i}") for i, make in enumerate(CASES[op])]
-
-
 def _all_overload_cases():
     return [
         pytest.param(op, overload, make, id=f"{op}.{overload or 'default'}-case{i}")
@@ -281,17 +273,12 @@ def test_opcheck(op, overload, make):
     assert set(result.values()) == {"SUCCESS"}, result
 
 
-def _fast_call(op: str, args: tuple, kwargs: dict):
-    """The same call through polyops.<op> (in place / outputs as the torch form has them)."""
-    return getattr(polyops, op)(*args, **kwargs)
-
-
 @pytest.mark.parametrize(("op", "overload", "make"), _all_overload_cases())
 def test_same_bits_as_the_fast_function(op, overload, make):
     args, kwargs = _overload_case(op, overload, make)
     fast_args, fast_kwargs = _overload_case(op, overload, make)
     result = getattr(getattr(ops, op), overload or "default")(*args, **kwargs)
-    expected = _fast_call(op, fast_args, fast_kwargs)
+    expected = getattr(polyops, op)(*fast_args, **fast_kwargs)
     if result is None:  # a mutating overload: compare what it wrote
         written = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
         fast_written = [
