@@ -64,6 +64,8 @@ class OpSpec:
     defaults: set[str]  # output names with a Default<Out> allocator
     doc: str
     mutates: list[str] = dataclasses.field(default_factory=list)  # kMutates: inputs written
+    # kKeyedByPresence: optional scalars the instance cache keys by presence, not value
+    keyed_by_presence: list[str] = dataclasses.field(default_factory=list)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -133,7 +135,11 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
     doc_lines = [line[2:].removeprefix(" ") for line in cls.group(1).splitlines()]
     if doc_lines and re.match(r"\w+\(", doc_lines[0]):
         doc_lines = doc_lines[1:]  # pybind11 writes the signature line itself
-    mutates = re.search(r"static constexpr const char\* kMutates\[\] = \{([^}]*)\};", source)
+
+    def names_list(member: str) -> list[str]:
+        found = re.search(rf"static constexpr const char\* {member}\[\] = \{{([^}}]*)\}};", source)
+        return re.findall(r'"(\w+)"', found.group(1)) if found else []
+
     spec = OpSpec(
         header=header,
         class_name=class_name,
@@ -142,11 +148,17 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
         params=params,
         defaults=defaults,
         doc="\n".join(doc_lines).strip(),
-        mutates=re.findall(r'"(\w+)"', mutates.group(1)) if mutates else [],
+        mutates=names_list("kMutates"),
+        keyed_by_presence=names_list("kKeyedByPresence"),
     )
     for name in spec.mutates:
         if name not in [p.name for p in params] or spec.param(name).cpp_type != "Tensor":
             raise SystemExit(f"{header}: kMutates names '{name}', which is not a Tensor parameter")
+    for name in spec.keyed_by_presence:
+        if name not in [p.name for p in params] or not spec.param(name).cpp_type.startswith(
+            "std::optional<"
+        ):
+            raise SystemExit(f"{header}: kKeyedByPresence names '{name}', not an optional scalar")
     for param in spec.outputs:
         if params.index(param) < spec.num_positional:
             raise SystemExit(f"{header}: output '{param.name}' must be keyword-only")
@@ -354,6 +366,12 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
     cls, op = spec.class_name, f'"{spec.name}"'
     first = _first_tensor(spec)
     args = ", ".join(p.name for p in spec.params)
+    key_args = ", ".join(
+        f"KeyedByPresence<{p.cpp_type.removeprefix('std::optional<')[:-1]}>{{{p.name}}}"
+        if p.name in spec.keyed_by_presence
+        else p.name
+        for p in spec.params
+    )
     params = ", ".join(f"{_cpp_arg_type(p)} {p.name}" for p in spec.params)
     lines = [
         f"inline void Run{cls}(std::optional<int64_t> implementation_index,",
@@ -380,7 +398,7 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
         "    }",
         "  };",
         f"  const auto instance = Operator<{cls}>::Get(device, implementation_index, make, "
-        f"{args});",
+        f"{key_args});",
         "  const Handle handle = MakeHandle(device, stream);",
         f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
         f"            [&] {{ (*instance)(handle, {args}); }});",

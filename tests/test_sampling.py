@@ -321,6 +321,21 @@ def test_seed_is_the_specified_splitmix(slot, gen):
         assert torch.equal(got, again)
 
 
+def test_new_seeds_reuse_the_cached_instance(gen):
+    # The seed is read at call time, so a fresh seed per step (the usual serving
+    # loop) hits the instance cache and still draws from that seed.
+    logits = make_logits(6, 40, F32, gen)
+    polyops.topk_topp_sampling(logits, 5, 0.8, seed=0)
+    before = polyops.cache_info("topk_topp_sampling")
+    for seed in range(1, 31):
+        got = polyops.topk_topp_sampling(logits, 5, 0.8, seed=seed)
+        uniform = torch.tensor([splitmix_uniform(seed, b) for b in range(6)], dtype=F32)
+        assert torch.equal(got, reference(logits, 5, 0.8, uniform)), seed
+    after = polyops.cache_info("topk_topp_sampling")
+    assert after["misses"] == before["misses"]
+    assert after["hits"] == before["hits"] + 30
+
+
 def test_different_seeds_differ(gen):
     logits = torch.zeros(200, 32)  # uniform over 32 tokens
     first = polyops.topk_topp_sampling(logits, 0, 1.0, seed=1)

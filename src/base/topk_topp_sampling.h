@@ -65,6 +65,9 @@ class TopkToppSampling : public OperatorBase {
  public:
   static constexpr const char* kName = "topk_topp_sampling";
   static constexpr int kNumPositional = 3;
+  // The kernel reads seed's value at call time; the instance only knows
+  // whether it is given, so a new seed per step still hits the cache.
+  static constexpr const char* kKeyedByPresence[] = {"seed"};
 
   TopkToppSampling(const Tensor& logits, const ScalarOrTensor& top_k,
                    const ScalarOrTensor& top_p,

@@ -83,6 +83,20 @@ void AppendKey(CacheKey& key, const std::optional<T>& value) {
   if (value) AppendKey(key, *value);
 }
 
+// An optional argument keyed by presence only: the op's instance must not
+// depend on its value, which the kernel reads at call time (an op lists such
+// arguments in kKeyedByPresence). Keying topk_topp_sampling's seed by value
+// would miss the cache on every new seed.
+template <typename T>
+struct KeyedByPresence {
+  const std::optional<T>& value;
+};
+
+template <typename T>
+void AppendKey(CacheKey& key, KeyedByPresence<T> argument) {
+  key.Push(argument.value.has_value() ? 1 : 0);
+}
+
 template <typename T>
 void AppendKey(CacheKey& key, const std::vector<T>& values) {
   key.Push(static_cast<int64_t>(values.size()));
