@@ -662,8 +662,10 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
     spec = overload.spec
     cls, op = spec.class_name, f'"{spec.name}"'
     params = overload.params()
+    # Arguments that need converting arrive as <name>_t; the converted value is <name>.
+    converted = {"Tensor", "Tensor?", "Tensor[]", "Scalar", "ScalarType"}
     signature = ", ".join(
-        f"{cpp_type} {p.name}{'_t' if 'Tensor' in schema_type or 'Scalar' in schema_type else ''}"
+        f"{cpp_type} {p.name}{'_t' if schema_type in converted else ''}"
         for p, schema_type, cpp_type in params
     )
     ret = _torch_return_type(overload)
