@@ -31,9 +31,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import timeit
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -66,57 +67,45 @@ def _kwargs(implementation_index: int | None) -> dict[str, Any]:
     return {} if implementation_index is None else {"implementation_index": implementation_index}
 
 
-def bench_add(
+def _bench_add_out(
     shape: tuple[int, int],
+    candidate: str,
+    add: Callable[..., object],
+    references: dict[str, Callable[..., object]],
     *,
     repeats: int,
     number: int | None,
     target_s: float,
     implementation_index: int | None = None,
 ) -> dict[str, Timing]:
-    """Time polyops.add, torch.add and aten.add.out (all with ``out=``) on float32 `shape`."""
+    """Time `add(a, b, out=c)` (named `candidate`) and each reference with ``out=`` on float32
+    `shape`."""
     a = torch.randn(shape)
     b = torch.randn(shape)
     c = torch.empty(shape)
     extra = _kwargs(implementation_index)
-    polyops.add(a, b, out=c, **extra)
+    add(a, b, out=c, **extra)
     torch.testing.assert_close(c, a + b)
-    return measure(
-        {
-            "polyops.add(out=)": call_timer(polyops.add, a, b, out=c, **extra),
-            "torch.add(out=)": call_timer(torch.add, a, b, out=c),
-            "aten.add.out": call_timer(torch.ops.aten.add.out, a, b, out=c),
-        },
-        repeats=repeats,
-        number=number,
-        target_s=target_s,
-    )
+    timers = {candidate: call_timer(add, a, b, out=c, **extra)}
+    timers.update({name: call_timer(ref, a, b, out=c) for name, ref in references.items()})
+    return measure(timers, repeats=repeats, number=number, target_s=target_s)
 
 
-def bench_torch_ops_add(
-    shape: tuple[int, int],
-    *,
-    repeats: int,
-    number: int | None,
-    target_s: float,
-    implementation_index: int | None = None,
-) -> dict[str, Timing]:
-    """Time the torch.library form of add (out= and functional) against aten's."""
-    a = torch.randn(shape)
-    b = torch.randn(shape)
-    c = torch.empty(shape)
-    extra = _kwargs(implementation_index)
-    torch.ops.polyops.add(a, b, out=c, **extra)
-    torch.testing.assert_close(c, a + b)
-    return measure(
-        {
-            "torch.ops.polyops.add(out=)": call_timer(torch.ops.polyops.add, a, b, out=c, **extra),
-            "aten.add.out": call_timer(torch.ops.aten.add.out, a, b, out=c),
-        },
-        repeats=repeats,
-        number=number,
-        target_s=target_s,
-    )
+#: polyops.add against torch.add and aten.add.out, all with ``out=``.
+bench_add = functools.partial(
+    _bench_add_out,
+    candidate="polyops.add(out=)",
+    add=polyops.add,
+    references={"torch.add(out=)": torch.add, "aten.add.out": torch.ops.aten.add.out},
+)
+
+#: The torch.library form of add(out=) against aten's.
+bench_torch_ops_add = functools.partial(
+    _bench_add_out,
+    candidate="torch.ops.polyops.add(out=)",
+    add=torch.ops.polyops.add,
+    references={"aten.add.out": torch.ops.aten.add.out},
+)
 
 
 def bench_torch_ops_add_functional(
