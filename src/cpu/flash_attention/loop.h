@@ -10,6 +10,7 @@
 #include "core/operator.h"
 #include "cpu/attention.h"
 #include "cpu/convert.h"
+#include "cpu/flash_attention_cpu.h"
 
 namespace polyops {
 
@@ -17,10 +18,11 @@ namespace polyops {
 // of its visible keys, their softmax, the weighted sum of values, all in
 // float32.
 template <>
-class Operator<FlashAttention, Device::Type::kCpu, 0> : public FlashAttention {
+class Operator<FlashAttention, Device::Type::kCpu, 0>
+    : public cpu::FlashAttentionCpu {
  public:
   static constexpr const char* kImplementationName = "loop";
-  using FlashAttention::FlashAttention;
+  using cpu::FlashAttentionCpu::FlashAttentionCpu;
 
   void operator()(const Handle&, const Tensor& query, const Tensor& key,
                   const Tensor& value, const Tensor& cu_seqlens_q,
@@ -29,13 +31,8 @@ class Operator<FlashAttention, Device::Type::kCpu, 0> : public FlashAttention {
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
                   const std::optional<Tensor>& out) const override {
-    std::vector<cpu::AttentionSequence> sequences;
-    cpu::ReadVarlenSequences(cu_seqlens_q.data_as<int32_t>(),
-                             cu_seqlens_kv.data_as<int32_t>(), batch_,
-                             num_tokens_q_, num_tokens_kv_,
-                             paged_ ? block_table->data_as<int32_t>() : nullptr,
-                             paged_ ? block_table->stride(0) : 0, max_blocks_,
-                             block_size_, num_blocks_, &sequences);
+    const std::vector<cpu::AttentionSequence> sequences =
+        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.flash_attention", [&](auto tag) {
           using T = typename decltype(tag)::type;

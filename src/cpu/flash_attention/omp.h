@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "core/operator.h"
 #include "cpu/attention.h"
+#include "cpu/flash_attention_cpu.h"
 
 namespace polyops {
 
@@ -16,10 +17,11 @@ namespace polyops {
 // threads by (sequence, kv head, query tile); AVX2 / AVX-512 variants chosen
 // at run time.
 template <>
-class Operator<FlashAttention, Device::Type::kCpu, 1> : public FlashAttention {
+class Operator<FlashAttention, Device::Type::kCpu, 1>
+    : public cpu::FlashAttentionCpu {
  public:
   static constexpr const char* kImplementationName = "omp";
-  using FlashAttention::FlashAttention;
+  using cpu::FlashAttentionCpu::FlashAttentionCpu;
 
   void operator()(const Handle&, const Tensor& query, const Tensor& key,
                   const Tensor& value, const Tensor& cu_seqlens_q,
@@ -28,13 +30,8 @@ class Operator<FlashAttention, Device::Type::kCpu, 1> : public FlashAttention {
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
                   const std::optional<Tensor>& out) const override {
-    std::vector<cpu::AttentionSequence> sequences;
-    cpu::ReadVarlenSequences(cu_seqlens_q.data_as<int32_t>(),
-                             cu_seqlens_kv.data_as<int32_t>(), batch_,
-                             num_tokens_q_, num_tokens_kv_,
-                             paged_ ? block_table->data_as<int32_t>() : nullptr,
-                             paged_ ? block_table->stride(0) : 0, max_blocks_,
-                             block_size_, num_blocks_, &sequences);
+    const std::vector<cpu::AttentionSequence> sequences =
+        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
     const int64_t group = num_heads_ / num_kv_heads_;
     std::vector<cpu::AttentionTile> tiles;
     int64_t work = 0;
