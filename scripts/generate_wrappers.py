@@ -66,6 +66,8 @@ class OpSpec:
     mutates: list[str] = dataclasses.field(default_factory=list)  # kMutates: inputs written
     # kKeyedByPresence: optional scalars the instance cache keys by presence, not value
     keyed_by_presence: list[str] = dataclasses.field(default_factory=list)
+    # kAliases: "output=input" pairs that may be the same memory (in place)
+    aliases: list[str] = dataclasses.field(default_factory=list)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -138,7 +140,7 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
 
     def names_list(member: str) -> list[str]:
         found = re.search(rf"static constexpr const char\* {member}\[\] = \{{([^}}]*)\}};", source)
-        return re.findall(r'"(\w+)"', found.group(1)) if found else []
+        return re.findall(r'"([\w=]+)"', found.group(1)) if found else []
 
     spec = OpSpec(
         header=header,
@@ -150,6 +152,7 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
         doc="\n".join(doc_lines).strip(),
         mutates=names_list("kMutates"),
         keyed_by_presence=names_list("kKeyedByPresence"),
+        aliases=names_list("kAliases"),
     )
     for name in spec.mutates:
         if name not in [p.name for p in params] or spec.param(name).cpp_type != "Tensor":
@@ -159,6 +162,11 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
             "std::optional<"
         ):
             raise SystemExit(f"{header}: kKeyedByPresence names '{name}', not an optional scalar")
+    names = [p.name for p in params]
+    for pair in spec.aliases:
+        output, _, input_name = pair.partition("=")
+        if output not in [p.name for p in spec.outputs] or input_name not in names:
+            raise SystemExit(f"{header}: kAliases entry '{pair}' is not 'output=input'")
     for param in spec.outputs:
         if params.index(param) < spec.num_positional:
             raise SystemExit(f"{header}: output '{param.name}' must be keyword-only")
@@ -294,10 +302,10 @@ def _emit_input(spec: OpSpec, index: int, param: Param) -> list[str]:
         ]
     if param.cpp_type == "std::optional<Tensor>":
         return [
-            f"    std::optional<Tensor> {param.name};",
-            f"    if (PyObject* given = Given({value})) {{",
-            f"      {param.name} = ToView(ArgTensor(given, {op}, {name}), {op}, {name});",
-            "    }",
+            f"    const at::Tensor* {param.name}_t = "
+            f"ArgOptionalTensor(Given({value}), {op}, {name});",
+            f"    const std::optional<Tensor> {param.name} = "
+            f"ToOptionalView({param.name}_t, {op}, {name});",
         ]
     if param.cpp_type == "std::vector<Tensor>":
         return [
@@ -340,29 +348,71 @@ def _alias_index(spec: OpSpec, output: Param) -> int:
 
 
 def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]:
+    """A caller's output as a view; an omitted one with a Default<Out> as a placeholder
+    (allocated by _emit_allocate once the op has validated its arguments)."""
     cls, op, name = spec.class_name, f'"{spec.name}"', f'"{param.name}"'
-    camel = _camel(param.name)
     lines = [
         f"    PyObject* {param.name}_given = Given(values[{index}]);",
-        f"    at::Tensor {param.name}_allocated;",
-        f"    std::optional<Tensor> {param.name};",
-        f"    if ({param.name}_given) {{",
-        f"      {param.name} = ToView(ArgTensor({param.name}_given, {op}, {name}), {op}, {name});",
+        f"    const at::Tensor* {param.name}_t = "
+        f"ArgOptionalTensor({param.name}_given, {op}, {name});",
+        f"    std::optional<Tensor> {param.name} = ToOptionalView({param.name}_t, {op}, {name});",
     ]
+    camel = _camel(param.name)
     if camel in spec.defaults:
         inputs = ", ".join(p.name for p in spec.inputs)
-        lines += [
-            "    } else {",
-            f"      const TensorMeta {param.name}_meta = {cls}::Default{camel}({inputs});",
-            f"      {param.name}_allocated = Allocate({param.name}_meta, {like});",
-            f"      {param.name} = ToView({param.name}_allocated, {op}, {name});",
-        ]
-    lines.append("    }")
+        lines.append(
+            f"    if (!{param.name}) {param.name} = "
+            f"Placeholder({cls}::Default{camel}({inputs}), {like});"
+        )
+    return lines
+
+
+def _written(spec: OpSpec) -> list[tuple[str, str, str]]:
+    """What an op writes: (name, the output or the input it defaults to, is optional).
+
+    Outputs without a Default<Out> allocator default to their input (in place); kMutates
+    inputs are written too."""
+    result = []
+    for param in spec.outputs:
+        if _camel(param.name) in spec.defaults:
+            result.append((param.name, "", "out"))
+        else:
+            alias = spec.params[_alias_index(spec, param)]
+            result.append((param.name, alias.name, "alias"))
+    result += [(name, "", "mutates") for name in spec.mutates]
+    return result
+
+
+def _written_views(spec: OpSpec) -> list[str]:
+    """C++ `NamedView` initializers of the tensors the op writes, for Run<Op>."""
+    views = []
+    for name, alias, kind in _written(spec):
+        if kind == "mutates":
+            views.append(f'{{"{name}", &{name}}}')
+            continue
+        fallback = "nullptr"
+        if kind == "alias":
+            optional = spec.param(alias).cpp_type == "std::optional<Tensor>"
+            fallback = f"({alias} ? &*{alias} : nullptr)" if optional else f"&{alias}"
+            views.append(f'{{{name} ? "{name}" : "{alias}", {name} ? &*{name} : {fallback}}}')
+        else:
+            views.append(f'{{"{name}", {name} ? &*{name} : {fallback}}}')
+    return views
+
+
+def _emit_autograd(spec: OpSpec, written: dict[str, str], tensors: dict[str, str]) -> list[str]:
+    """Refuse what autograd cannot follow (docs/api.md, Autograd). `written` and `tensors`
+    map argument names to C++ expressions of their at::Tensor (a pointer, reference or
+    optional; nullptr or nullopt when not given)."""
+    op = f'"{spec.name}"'
+    lines = [f'    CheckWritable({expr}, {op}, "{name}");' for name, expr in written.items()]
+    lines += [f'    CheckNoGrad({expr}, {op}, "{name}");' for name, expr in tensors.items()]
     return lines
 
 
 def emit_run(spec: OpSpec, devices: list[str]) -> str:
-    """Run<Op>: check devices, find or build the instance, run it."""
+    """Get<Op>: check devices, find or build (validate) the instance. Run<Op>: the
+    per-call overlap checks, then the kernel."""
     cls, op = spec.class_name, f'"{spec.name}"'
     first = _first_tensor(spec)
     args = ", ".join(p.name for p in spec.params)
@@ -374,8 +424,8 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
     )
     params = ", ".join(f"{_cpp_arg_type(p)} {p.name}" for p in spec.params)
     lines = [
-        f"inline void Run{cls}(std::optional<int64_t> implementation_index,",
-        f"    std::optional<int64_t> stream, bool release_gil, {params}) {{",
+        f"inline std::shared_ptr<{cls}> Get{cls}(std::optional<int64_t> implementation_index,",
+        f"    {params}) {{",
         f"  const Device device = PrimaryDevice({first.name}, {op});",
         f"  auto make = [&](Device::Type type, int slot) -> std::shared_ptr<{cls}> {{",
     ]
@@ -397,11 +447,37 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
         f"        throw NotImplemented(NoBackendMessage({op}, type));",
         "    }",
         "  };",
-        f"  const auto instance = Operator<{cls}>::Get(device, implementation_index, make, "
-        f"{key_args});",
-        "  const Handle handle = MakeHandle(device, stream);",
+        f"  return Operator<{cls}>::Get(device, implementation_index, make, {key_args});",
+        "}",
+        "",
+    ]
+    aliases = list(spec.aliases) + [
+        f"{name}={alias}" for name, alias, kind in _written(spec) if kind == "alias"
+    ]
+    read = []
+    group = "nullptr"
+    for param in spec.inputs:
+        if param.cpp_type == "Tensor":
+            read.append(f'{{"{param.name}", &{param.name}}}')
+        elif param.cpp_type == "std::optional<Tensor>":
+            read.append(f'{{"{param.name}", {param.name} ? &*{param.name} : nullptr}}')
+        elif param.cpp_type == "ScalarOrTensor":
+            read.append(
+                f'{{"{param.name}", {param.name}.tensor ? &*{param.name}.tensor : nullptr}}'
+            )
+        elif param.cpp_type == "std::vector<Tensor>":
+            group = f'&{param.name}, "{param.name}"'
+    alias_list = ", ".join(f'"{a}"' for a in aliases)
+    lines += [
+        f"inline void Run{cls}(const {cls}& instance, std::optional<int64_t> stream,",
+        f"    bool release_gil, {params}) {{",
+        f"  CheckOverlaps({op}, {{{', '.join(_written_views(spec))}}},",
+        f"                {{{', '.join(read)}}}, {{{alias_list}}}"
+        + (f", {group}" if group != "nullptr" else "")
+        + ");",
+        f"  const Handle handle = MakeHandle(PrimaryDevice({first.name}, {op}), stream);",
         f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
-        f"            [&] {{ (*instance)(handle, {args}); }});",
+        f"            [&] {{ instance(handle, {args}); }});",
         "}",
     ]
     return "\n".join(lines)
@@ -441,13 +517,14 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    ParseArguments(k{cls}Signature, args, nargs, kwnames, values);",
     ]
     first = _first_tensor(spec)
+    like_view = first.name if first.cpp_type == "Tensor" else f"{first.name}.front()"
     like = f"{first.name}_t" if first.cpp_type == "Tensor" else f"{first.name}_t.front()"
     for index, param in enumerate(spec.params):
         if not param.is_output:
             lines += _emit_input(spec, index, param)
     for index, param in enumerate(spec.params):
         if param.is_output:
-            lines += _emit_output(spec, index, param, like)
+            lines += _emit_output(spec, index, param, like_view)
     n = len(spec.params)
     args = ", ".join(p.name for p in spec.params)
     lines += [
@@ -458,8 +535,32 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         f"    if (PyObject* given = Given(values[{n + 1}])) {{",
         f'      stream = ArgInt(given, {op}, "stream");',
         "    }",
-        f"    Run{cls}(implementation_index, stream, /*release_gil=*/true, {args});",
     ]
+    written = {}
+    for name, alias, kind in _written(spec):
+        if kind == "alias":
+            optional = spec.param(alias).cpp_type == "std::optional<Tensor>"
+            fallback = f"{alias}_t" if optional else f"&{alias}_t"
+            written[name] = f"{name}_t ? {name}_t : {fallback}"
+        else:
+            written[name] = f"&{name}_t" if kind == "mutates" else f"{name}_t"
+    tensors = {}
+    for index, param in enumerate(spec.params):
+        if param.cpp_type == "ScalarOrTensor":
+            tensors[param.name] = f"TensorOrNull(values[{index}])"
+        elif param.is_tensor or param.cpp_type == "std::vector<Tensor>":
+            tensors[param.name] = f"{param.name}_t"
+    lines += _emit_autograd(spec, written, tensors)
+    lines.append(f"    const auto instance = Get{cls}(implementation_index, {args});")
+    for param in spec.outputs:
+        if _camel(param.name) in spec.defaults:
+            lines += [
+                f"    at::Tensor {param.name}_allocated;",
+                f"    if (!{param.name}_given) {param.name}_allocated = "
+                f"Allocate({param.name}, {like});",
+            ]
+    lines.append(f"    Run{cls}(*instance, stream, /*release_gil=*/true, {args});")
+    lines += [f"    BumpVersion({expr});" for expr in written.values()]
     returns = []
     for param in spec.outputs:
         if _camel(param.name) in spec.defaults:
@@ -698,9 +799,11 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
         elif schema_type == "ScalarType":
             lines.append(f"    const DataType {name} = ToDataType({name}_t, {op}, {quoted});")
     first = _first_tensor(spec)
+    like_view = first.name if first.cpp_type == "Tensor" else f"{first.name}.front()"
     like = f"{first.name}_t" if first.cpp_type == "Tensor" else f"{first.name}_t.front()"
     inputs = ", ".join(p.name for p in spec.inputs)
     optional = {p.name for p, schema_type, _ in params if schema_type == "Tensor?"}
+    allocated = []
     for param in spec.outputs:
         name, quoted = param.name, f'"{param.name}"'
         if param.name in taken:
@@ -716,17 +819,28 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
                     f'torch.ops.polyops.{spec.name} to update {alias} in place)");'
                 )
         elif _camel(name) in spec.defaults:
-            lines += [
-                f"    const TensorMeta {name}_meta = {cls}::Default{_camel(name)}({inputs});",
-                f"    at::Tensor {name}_t = Allocate({name}_meta, {like});",
-                f"    const std::optional<Tensor> {name} = ToView({name}_t, {op}, {quoted});",
-            ]
+            allocated.append(name)
+            lines.append(
+                f"    std::optional<Tensor> {name} = "
+                f"Placeholder({cls}::Default{_camel(name)}({inputs}), {like_view});"
+            )
         else:  # omitted: in place on its input, which the schema declares mutated
             lines.append(f"    const std::optional<Tensor> {name};")
-    args = ", ".join(p.name for p in spec.params)
-    lines.append(
-        f"    Run{cls}(implementation_index, std::nullopt, /*release_gil=*/false, {args});"
+    written = {name: f"{name}_t" for name in sorted(taken & {p.name for p in spec.outputs})}
+    written.update(
+        {name: f"{name}_t" for name in sorted(set(spec.mutates) | overload.in_place_inputs())}
     )
+    tensors = {
+        p.name: f"{p.name}_t"
+        for p, schema_type, _ in params
+        if schema_type in ("Tensor", "Tensor?", "Tensor[]")
+    }
+    lines += _emit_autograd(spec, written, tensors)
+    args = ", ".join(p.name for p in spec.params)
+    lines.append(f"    const auto instance = Get{cls}(implementation_index, {args});")
+    lines += [f"    at::Tensor {name}_t = Allocate({name}, {like});" for name in allocated]
+    lines.append(f"    Run{cls}(*instance, std::nullopt, /*release_gil=*/false, {args});")
+    lines += [f"    BumpVersion({expr});" for expr in written.values()]
     returns = [f"{p.name}_t" for p in overload.returns]
     if len(returns) == 1:
         lines.append(f"    return {returns[0]};")
@@ -780,6 +894,17 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         ]
         lines += [
             f'  made.back()->impl("{o.qualified}", TORCH_FN({o.function}));' for o in overloads
+        ]
+    for key in ("Negative", "Conjugate"):
+        lines += [
+            "  made.push_back(std::make_unique<torch::Library>(",
+            f'      torch::Library::IMPL, "polyops", c10::DispatchKey::{key}, '
+            "__FILE__, __LINE__));",
+        ]
+        lines += [
+            f'  made.back()->impl("{o.qualified}", '
+            "torch::CppFunction::makeFromBoxedFunction<&RejectMathBits>());"
+            for o in overloads
         ]
     lines += [
         "  *libraries = std::move(made);",

@@ -18,6 +18,9 @@ class Add : public BinaryElementwise {
  public:
   static constexpr const char* kName = "add";
   static constexpr int kNumPositional = 2;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=input", "out=other"};
 
   Add(const Tensor& input, const Tensor& other,
       const std::optional<Tensor>& out = std::nullopt)

@@ -25,6 +25,10 @@ class AddRmsNorm : public OperatorBase {
  public:
   static constexpr const char* kName = "add_rms_norm";
   static constexpr int kNumPositional = 4;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"y_out=x1", "y_out=x2", "x_out=x1",
+                                             "x_out=x2"};
 
   AddRmsNorm(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
              double eps = 1e-6,

@@ -24,6 +24,9 @@ class Cast : public OperatorBase {
  public:
   static constexpr const char* kName = "cast";
   static constexpr int kNumPositional = 2;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=input"};
 
   Cast(const Tensor& input, DataType dtype,
        const std::optional<Tensor>& out = std::nullopt) {

@@ -26,6 +26,9 @@ class CausalSoftmax : public OperatorBase {
  public:
   static constexpr const char* kName = "causal_softmax";
   static constexpr int kNumPositional = 1;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=input"};
 
   explicit CausalSoftmax(const Tensor& input,
                          const std::optional<Tensor>& out = std::nullopt) {

@@ -31,6 +31,9 @@ class Gemm : public GemmBase {
  public:
   static constexpr const char* kName = "gemm";
   static constexpr int kNumPositional = 3;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=c"};
 
   Gemm(const Tensor& a, const Tensor& b,
        const std::optional<Tensor>& c = std::nullopt, double alpha = 1.0,

@@ -53,8 +53,6 @@ class GemmBase : public OperatorBase {
     CheckProductDims(op, a_name, a);
     CheckProductDims(op, b_name, b);
     GemmLayout& l = layout_;
-    l.a_name = a_name;
-    l.b_name = b_name;
     l.m = a.size(trans_a ? -1 : -2);
     l.k = a.size(trans_a ? -2 : -1);
     const int64_t k_b = b.size(trans_b ? -1 : -2);
@@ -102,12 +100,12 @@ class GemmBase : public OperatorBase {
       l.has_c = true;
       l.c = GemmMatrix{strides[0], strides[1], strides[2]};
     }
-    Finish(op, a, b, out);
+    Finish(op, a_name, a, b_name, b, out);
   }
 
   // Validates strides and sizes of the filled-in logical layout.
-  void Finish(const char* op, const Tensor& a, const Tensor& b,
-              const Tensor& out) {
+  void Finish(const char* op, const char* a_name, const Tensor& a,
+              const char* b_name, const Tensor& b, const Tensor& out) {
     GemmLayout& l = layout_;
     constexpr int64_t kMaxBlas = std::numeric_limits<int32_t>::max();
     POLYOPS_CHECK_T(l.m <= kMaxBlas && l.n <= kMaxBlas && l.k <= kMaxBlas,
@@ -117,8 +115,8 @@ class GemmBase : public OperatorBase {
                     l.m, ", n=", l.n, ", k=", l.k);
     const bool empty = l.batch == 0 || l.m == 0 || l.n == 0;
     if (!empty && l.k > 0) {
-      l.a_blas = CheckBlas(op, l.a_name, a, l.m, l.k, l.a);
-      l.b_blas = CheckBlas(op, l.b_name, b, l.k, l.n, l.b);
+      l.a_blas = CheckBlas(op, a_name, a, l.m, l.k, l.a);
+      l.b_blas = CheckBlas(op, b_name, b, l.k, l.n, l.b);
     }
     if (!empty) {
       l.out_blas = CheckBlas(op, "out", out, l.m, l.n, l.out);
@@ -127,14 +125,6 @@ class GemmBase : public OperatorBase {
                     "(stride 0), got strides ",
                     out.StridesString());
     }
-    l.a_extent = GemmExtent(l.a, l.batch, l.m, l.k);
-    l.b_extent = GemmExtent(l.b, l.batch, l.k, l.n);
-    l.c_extent = l.has_c ? GemmExtent(l.c, l.batch, l.m, l.n) : 0;
-    l.out_extent = GemmExtent(l.out, l.batch, l.m, l.n);
-    l.c_like_out = l.has_c &&
-                   (l.batch <= 1 || l.c.batch_stride == l.out.batch_stride) &&
-                   (l.m <= 1 || l.c.row_stride == l.out.row_stride) &&
-                   (l.n <= 1 || l.c.col_stride == l.out.col_stride);
     dtype_ = out.dtype();
   }
 

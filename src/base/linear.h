@@ -42,9 +42,6 @@ class Linear : public GemmBase {
                   input.size(-1), "] (in_features = input's last dim), got ",
                   weight.ShapeString());
     GemmLayout& l = layout_;
-    l.a_name = "input";
-    l.b_name = "weight";
-    l.c_name = "bias";
     l.k = weight.size(1);
     l.n = weight.size(0);
     const TensorMeta expected = DefaultOut(input, weight, bias);
@@ -93,7 +90,7 @@ class Linear : public GemmBase {
       l.c = GemmMatrix{0, 0, l.n == 1 ? 0 : bias->stride(0)};
     }
     SetScalars(kName, 1.0, bias ? 1.0 : 0.0);
-    Finish(kName, input, weight, output);
+    Finish(kName, "input", input, "weight", weight, output);
   }
 
   virtual void operator()(const Handle& handle, const Tensor& input,

@@ -26,6 +26,9 @@ class RmsNorm : public OperatorBase {
  public:
   static constexpr const char* kName = "rms_norm";
   static constexpr int kNumPositional = 3;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=input"};
 
   RmsNorm(const Tensor& input, const Tensor& weight, double eps = 1e-6,
           const std::optional<Tensor>& out = std::nullopt) {

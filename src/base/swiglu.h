@@ -20,6 +20,9 @@ class Swiglu : public OperatorBase {
  public:
   static constexpr const char* kName = "swiglu";
   static constexpr int kNumPositional = 2;
+  // Outputs that may be exactly these inputs (in place); any other overlap
+  // is a ValueError (core/overlap.h).
+  static constexpr const char* kAliases[] = {"out=input", "out=gate"};
 
   Swiglu(const Tensor& input, const Tensor& gate,
          const std::optional<Tensor>& out = std::nullopt) {

@@ -46,16 +46,6 @@ inline std::optional<BlasView> BlasViewOf(int64_t rows, int64_t cols,
   return std::nullopt;
 }
 
-// Elements from a matrix's first to its last element, plus one (0 if it
-// is empty): the memory span the overlap checks compare. torch strides
-// are never negative.
-inline int64_t GemmExtent(const GemmMatrix& matrix, int64_t batch, int64_t rows,
-                          int64_t cols) {
-  if (batch == 0 || rows == 0 || cols == 0) return 0;
-  return (batch - 1) * matrix.batch_stride + (rows - 1) * matrix.row_stride +
-         (cols - 1) * matrix.col_stride + 1;
-}
-
 struct GemmLayout {
   int64_t batch = 1;
   int64_t m = 0;
@@ -66,14 +56,6 @@ struct GemmLayout {
   GemmMatrix a, b, c, out;
   BlasView a_blas, b_blas, out_blas;
   bool has_c = false;
-  // c has out's strides, so c == out (same data) is an exact alias, the
-  // BLAS-style in-place accumulate, rather than a partial overlap.
-  bool c_like_out = false;
-  int64_t a_extent = 0, b_extent = 0, c_extent = 0, out_extent = 0;
-  // Argument names for run-time (overlap) errors: string literals.
-  const char* a_name = "a";
-  const char* b_name = "b";
-  const char* c_name = "c";
 };
 
 }  // namespace polyops

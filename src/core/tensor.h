@@ -77,6 +77,13 @@ class Tensor {
     return text + "]";
   }
 
+  // The same view of other memory (an output allocated after validation).
+  Tensor WithData(void* data) const {
+    Tensor view = *this;
+    view.data_ = data;
+    return view;
+  }
+
   // Only the bindings and tests build views; the caller has checked
   // ndim <= kMaxDims.
   static Tensor FromParts(void* data, int ndim, const int64_t* shape,

@@ -90,14 +90,6 @@ void SgemmInto(const GemmLayout& l, float alpha, float beta, const float* a,
              l.out.batch_stride);
 }
 
-bool Overlaps(const void* x, int64_t x_extent, const void* y, int64_t y_extent,
-              int element_size) {
-  if (x_extent == 0 || y_extent == 0) return false;
-  const auto* xb = static_cast<const char*>(x);
-  const auto* yb = static_cast<const char*>(y);
-  return xb < yb + y_extent * element_size && yb < xb + x_extent * element_size;
-}
-
 // out = beta * c, or 0 without c (the product term is absent: k == 0 or
 // alpha == 0). Rounded once from float32.
 template <typename T>
@@ -200,15 +192,6 @@ void RunReduced(const GemmLayout& l, float alpha, float beta, const T* a,
 void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
               double beta, const void* a, const void* b, const void* c,
               void* out) {
-  const int size = DataTypeSize(dtype);
-  POLYOPS_CHECK(!Overlaps(out, l.out_extent, a, l.a_extent, size), "polyops.",
-                op, ": out must not overlap ", l.a_name);
-  POLYOPS_CHECK(!Overlaps(out, l.out_extent, b, l.b_extent, size), "polyops.",
-                op, ": out must not overlap ", l.b_name);
-  POLYOPS_CHECK(!l.has_c || (c == out && l.c_like_out) ||
-                    !Overlaps(out, l.out_extent, c, l.c_extent, size),
-                "polyops.", op, ": out must be ", l.c_name,
-                " itself (same data and strides) or not overlap it");
   if (l.batch == 0 || l.m == 0 || l.n == 0) return;
   const auto alpha_f = static_cast<float>(alpha);
   const auto beta_f = static_cast<float>(beta);

@@ -69,12 +69,20 @@ double ArgDouble(PyObject* value, const char* op, const char* name) {
     ThrowWrongType(value, op, name, "a float");
   }
   const double result = PyFloat_AsDouble(value);
-  if (result == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  if (result == -1.0 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      throw py::error_already_set();
+    }
+    PyErr_Clear();  // an int beyond float64, e.g. eps=10**400
+    throw InvalidArgument(detail::Concat("polyops.", op, ": ", name,
+                                         " does not fit in a float64"));
+  }
   return result;
 }
 
 int64_t ArgInt(PyObject* value, const char* op, const char* name) {
-  if (PyFloat_Check(value) || !PyIndex_Check(value)) {
+  // bool is an int subclass in Python, but True is not a slot or a size.
+  if (PyBool_Check(value) || PyFloat_Check(value) || !PyIndex_Check(value)) {
     ThrowWrongType(value, op, name, "an int");
   }
   const long long result = PyLong_AsLongLong(value);
@@ -115,11 +123,68 @@ ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
                                  const char* name) {
   ScalarOrTensor result;
   if (THPVariable_Check(value)) {
-    result.tensor = ToView(THPVariable_Unpack(value), op, name);
+    result.tensor = ToView(ArgTensor(value, op, name), op, name);
+  } else if (PyBool_Check(value)) {
+    ThrowWrongType(value, op, name, "a number or a torch.Tensor");
   } else {
     result.scalar = ArgDouble(value, op, name);
   }
   return result;
+}
+
+void ThrowUnsupportedTensor(const at::Tensor& tensor, const char* op,
+                            const char* name) {
+  const c10::DispatchKeySet keys = tensor.unsafeGetTensorImpl()->key_set();
+  const auto unsupported = [&](const char* kind, const char* advice) {
+    throw NotImplemented(detail::Concat("polyops.", op,
+                                        " is not supported for ", name,
+                                        " because it is ", kind, advice));
+  };
+  if (keys.has(c10::DispatchKey::Negative) ||
+      keys.has(c10::DispatchKey::Conjugate)) {
+    unsupported(
+        "a view with torch's negative or conjugate bit set (e.g. "
+        "z.conj().imag), whose memory holds the values before negation",
+        "; pass .resolve_neg() / .resolve_conj() of it");
+  }
+  if (keys.has(c10::DispatchKey::Python) ||
+      keys.has(c10::DispatchKey::PythonTLSSnapshot)) {
+    unsupported(
+        "a tensor subclass with __torch_dispatch__ (such as FakeTensor or "
+        "FunctionalTensor) whose data polyops cannot read",
+        "; use torch.ops.polyops, which torch dispatches for them");
+  }
+  if (keys.has(c10::DispatchKey::Functionalize)) {
+    unsupported("a functionalization wrapper",
+                "; use torch.ops.polyops inside functionalized code");
+  }
+  if (keys.has(c10::DispatchKey::FuncTorchBatched) ||
+      keys.has(c10::DispatchKey::BatchedNestedTensor)) {
+    unsupported("a vmap batched tensor",
+                "; call polyops outside torch.vmap or use torch.ops.polyops");
+  }
+  if (keys.has(c10::DispatchKey::FuncTorchGradWrapper)) {
+    unsupported("a torch.func transform wrapper", "");
+  }
+  if (keys.has(c10::DispatchKey::NestedTensor) ||
+      tensor.layout() == c10::kJagged) {
+    unsupported("a nested tensor", "; pass its dense components");
+  }
+  if (tensor.layout() != c10::kStrided) {
+    throw InvalidArgument(detail::Concat(
+        "polyops.", op, ": ", name,
+        " must be a dense (strided) tensor, got layout ", tensor.layout()));
+  }
+  if (!tensor.unsafeGetTensorImpl()->has_storage()) {
+    unsupported("a tensor without storage", "");
+  }
+  throw NotImplemented(detail::Concat(
+      "polyops.", op, " is not supported for ", name, " of shape ",
+      tensor.sizes(), " with strides ", tensor.strides(), " and offset ",
+      tensor.storage_offset(),
+      " because its storage holds no data for it (null data pointer or "
+      "storage of ",
+      tensor.unsafeGetTensorImpl()->storage().nbytes(), " bytes)"));
 }
 
 void SetPythonError() {

@@ -5,18 +5,23 @@
 #define POLYOPS_PYTHON_BINDING_SUPPORT_H_
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/handle.h"
 #include "core/operator.h"
+#include "core/overlap.h"
 #include "core/scalar_or_tensor.h"
 #include "core/tensor.h"
 
@@ -97,27 +102,70 @@ inline Device ToDevice(const c10::Device& device, const char* op,
     case c10::DeviceType::PrivateUse1:
       return Device{Device::Type::kAscend, device.index()};
     default:
-      throw InvalidArgument(detail::Concat(
-          "polyops.", op, ": ", name, " is on device '", device.str(),
-          "'; polyops runs on cpu, cuda and npu tensors"));
+      throw NotImplemented(detail::Concat(
+          "polyops.", op, " is not supported for ", name, " on device '",
+          device.str(), "' because polyops runs on cpu, cuda and npu tensors",
+          device.type() == c10::DeviceType::Meta
+              ? " (meta tensors have no data; torch.compile traces polyops "
+                "through torch.ops.polyops, whose fake kernels handle them)"
+              : ""));
   }
 }
+
+// Tensors whose memory a kernel must not read directly: wrappers that
+// dispatch elsewhere (subclasses with __torch_dispatch__ such as
+// FakeTensor, functionalization, vmap, torch.func transforms, nested
+// tensors) and views whose math bits say the raw values are not the values
+// (negated, conjugated).
+inline c10::DispatchKeySet UnsupportedKeys() {
+  return c10::DispatchKeySet({
+      c10::DispatchKey::Python,
+      c10::DispatchKey::PythonTLSSnapshot,
+      c10::DispatchKey::Functionalize,
+      c10::DispatchKey::FuncTorchBatched,
+      c10::DispatchKey::BatchedNestedTensor,
+      c10::DispatchKey::FuncTorchGradWrapper,
+      c10::DispatchKey::NestedTensor,
+      c10::DispatchKey::Negative,
+      c10::DispatchKey::Conjugate,
+  });
+}
+
+// Why `tensor` cannot be read as plain strided memory (the slow path of
+// ToView, taken only when a check fails).
+[[noreturn]] void ThrowUnsupportedTensor(const at::Tensor& tensor,
+                                         const char* op, const char* name);
 
 // The hot path: a handful of inline reads of the TensorImpl.
 inline Tensor ToView(const at::Tensor& tensor, const char* op,
                      const char* name) {
   POLYOPS_CHECK(tensor.defined(), "polyops.", op, ": ", name,
                 " is an undefined tensor");
-  POLYOPS_CHECK(tensor.layout() == c10::kStrided, "polyops.", op, ": ", name,
-                " must be a dense (strided) tensor, got layout ",
-                tensor.layout());
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  if (impl->key_set().has_any(UnsupportedKeys()) ||
+      tensor.layout() != c10::kStrided || !impl->has_storage()) {
+    ThrowUnsupportedTensor(tensor, op, name);
+  }
   const int64_t ndim = tensor.dim();
   POLYOPS_CHECK(ndim <= kMaxDims, "polyops.", op, ": ", name, " has ", ndim,
                 " dims; polyops supports at most ", kMaxDims);
-  return Tensor::FromParts(tensor.data_ptr(), static_cast<int>(ndim),
-                           tensor.sizes().data(), tensor.strides().data(),
-                           ToDataType(tensor.scalar_type(), op, name),
-                           ToDevice(tensor.device(), op, name));
+  const Device device = ToDevice(tensor.device(), op, name);
+  const DataType dtype = ToDataType(tensor.scalar_type(), op, name);
+  void* data = tensor.data_ptr();
+  if (impl->numel() > 0) {
+    // The view must lie inside its storage: a null or resized-away storage
+    // would otherwise send the kernel to memory the tensor does not own.
+    int64_t last = impl->storage_offset();
+    for (int64_t d = 0; d < ndim; ++d) {
+      last += (impl->sizes()[d] - 1) * impl->strides()[d];
+    }
+    const size_t needed = static_cast<size_t>(last + 1) * impl->itemsize();
+    if (!data || impl->storage().nbytes() < needed) {
+      ThrowUnsupportedTensor(tensor, op, name);
+    }
+  }
+  return Tensor::FromParts(data, static_cast<int>(ndim), tensor.sizes().data(),
+                           tensor.strides().data(), dtype, device);
 }
 
 inline std::optional<Tensor> ToOptionalView(
@@ -135,9 +183,83 @@ inline std::vector<Tensor> ToViews(c10::ArrayRef<at::Tensor> tensors,
   return views;
 }
 
-inline at::Tensor Allocate(const TensorMeta& meta, const at::Tensor& like) {
-  return at::empty(c10::IntArrayRef(meta.shape, meta.ndim),
-                   like.options().dtype(ToScalarType(meta.dtype)));
+// An omitted output before it exists: the contiguous view polyops will
+// allocate, without data. The instance cache keys on geometry only, so
+// looking the op up with it validates every argument (and finds the same
+// instance) before anything is allocated.
+inline Tensor Placeholder(const TensorMeta& meta, const Tensor& like) {
+  int64_t strides[kMaxDims] = {};
+  int64_t stride = 1;
+  for (int d = meta.ndim - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(meta.shape[d], 1);  // as torch::empty does
+  }
+  return Tensor::FromParts(nullptr, meta.ndim, meta.shape, strides, meta.dtype,
+                           like.device());
+}
+
+// Allocates the placeholder's tensor and points the view at it.
+inline at::Tensor Allocate(std::optional<Tensor>& view,
+                           const at::Tensor& like) {
+  at::Tensor tensor =
+      at::empty(c10::IntArrayRef(view->shape(), view->ndim()),
+                like.options().dtype(ToScalarType(view->dtype())));
+  view = view->WithData(tensor.data_ptr());
+  return tensor;
+}
+
+// --- autograd ----------------------------------------------------------------
+// polyops has no autograd formulas (docs/api.md "Autograd"). With grad mode
+// on, a tensor that requires grad is refused rather than given a detached
+// result; every tensor an op writes gets its version bumped, as torch's
+// in-place ops do, so a backward through overwritten values raises.
+
+// A tensor the op will write: refused where torch refuses an in-place write.
+inline void CheckWritable(const at::Tensor& tensor, const char* op,
+                          const char* name) {
+  if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) {
+    throw std::runtime_error(detail::Concat(
+        "polyops.", op, ": ", name,
+        " is an inference tensor; in-place update to an inference tensor "
+        "outside InferenceMode is not allowed (as in torch)"));
+  }
+  if (at::GradMode::is_enabled() && tensor.requires_grad() &&
+      tensor.is_leaf()) {
+    throw std::runtime_error(detail::Concat(
+        "polyops.", op, ": ", name,
+        " is a leaf tensor that requires grad and cannot be written in "
+        "place (as in torch); write under torch.no_grad() or pass a "
+        "tensor that does not require grad"));
+  }
+}
+inline void CheckWritable(const std::optional<at::Tensor>& tensor,
+                          const char* op, const char* name) {
+  if (tensor) CheckWritable(*tensor, op, name);
+}
+
+inline void CheckNoGrad(const at::Tensor& tensor, const char* op,
+                        const char* name) {
+  POLYOPS_CHECK_T(!(tensor.requires_grad() && at::GradMode::is_enabled()),
+                  NotImplemented, "polyops.", op,
+                  " does not support autograd: ", name,
+                  " requires grad and grad mode is on; call it under "
+                  "torch.no_grad() or torch.inference_mode(), or pass ",
+                  name, ".detach()");
+}
+inline void CheckNoGrad(const std::optional<at::Tensor>& tensor, const char* op,
+                        const char* name) {
+  if (tensor) CheckNoGrad(*tensor, op, name);
+}
+inline void CheckNoGrad(c10::ArrayRef<at::Tensor> tensors, const char* op,
+                        const char* name) {
+  for (const at::Tensor& tensor : tensors) CheckNoGrad(tensor, op, name);
+}
+
+inline void BumpVersion(const at::Tensor& tensor) {
+  tensor.unsafeGetTensorImpl()->bump_version();
+}
+inline void BumpVersion(const std::optional<at::Tensor>& tensor) {
+  if (tensor) BumpVersion(*tensor);
 }
 
 inline Device PrimaryDevice(const Tensor& tensor, const char*) {
@@ -263,7 +385,44 @@ inline const at::Tensor& ArgTensor(PyObject* value, const char* op,
                                    const char* name) {
   if (!THPVariable_Check(value))
     ThrowWrongType(value, op, name, "a torch.Tensor");
-  return THPVariable_Unpack(value);
+  const at::Tensor& tensor = THPVariable_Unpack(value);
+  if (tensor.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python)) {
+    throw NotImplemented(detail::Concat(
+        "polyops.", op, " is not supported for ", name, " of type ",
+        Py_TYPE(value)->tp_name,
+        " because it is a tensor subclass with __torch_dispatch__ (such as "
+        "FakeTensor or FunctionalTensor) whose data polyops cannot read; "
+        "use torch.ops.polyops.",
+        op, ", which torch dispatches for them"));
+  }
+  return tensor;
+}
+
+// The tensor of a number-or-tensor argument, if it is one.
+inline const at::Tensor* TensorOrNull(PyObject* value) {
+  return value && THPVariable_Check(value) ? &THPVariable_Unpack(value)
+                                           : nullptr;
+}
+
+inline const at::Tensor* ArgOptionalTensor(PyObject* value, const char* op,
+                                           const char* name) {
+  return value ? &ArgTensor(value, op, name) : nullptr;
+}
+inline std::optional<Tensor> ToOptionalView(const at::Tensor* tensor,
+                                            const char* op, const char* name) {
+  if (!tensor) return std::nullopt;
+  return ToView(*tensor, op, name);
+}
+inline void CheckWritable(const at::Tensor* tensor, const char* op,
+                          const char* name) {
+  if (tensor) CheckWritable(*tensor, op, name);
+}
+inline void CheckNoGrad(const at::Tensor* tensor, const char* op,
+                        const char* name) {
+  if (tensor) CheckNoGrad(*tensor, op, name);
+}
+inline void BumpVersion(const at::Tensor* tensor) {
+  if (tensor) BumpVersion(*tensor);
 }
 
 double ArgDouble(PyObject* value, const char* op, const char* name);

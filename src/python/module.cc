@@ -27,14 +27,21 @@ OpState& LookUpOp(const std::string& op, const char* caller) {
 }
 
 Device::Type LookUpDevice(const std::string& device, const char* caller) {
-  const std::string type = device.substr(0, device.find(':'));
-  for (int i = 0; i < Device::kNumTypes; ++i) {
+  const size_t colon = device.find(':');
+  const std::string type = device.substr(0, colon);
+  const std::string index =
+      colon == std::string::npos ? "0" : device.substr(colon + 1);
+  const bool index_ok =
+      !index.empty() && index.size() <= 9 &&
+      index.find_first_not_of("0123456789") == std::string::npos;
+  for (int i = 0; index_ok && i < Device::kNumTypes; ++i) {
     const auto candidate = static_cast<Device::Type>(i);
     if (type == DeviceTypeName(candidate)) return candidate;
   }
-  throw InvalidArgument(detail::Concat("polyops.", caller, ": unknown device '",
-                                       device,
-                                       "'; expected 'cpu', 'cuda' or 'npu'"));
+  throw InvalidArgument(
+      detail::Concat("polyops.", caller, ": unknown device '", device,
+                     "'; expected 'cpu', 'cuda' or 'npu', optionally with an "
+                     "index such as 'cuda:1'"));
 }
 
 py::dict InfoDict(const CacheInfo& info) {
