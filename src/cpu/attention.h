@@ -184,7 +184,8 @@ POLYOPS_INLINE void StoreV(float* p, Float16v v) {
 
 // exp(x) for x <= 0 (and -inf), 16 at a time: 2^n * p(r) with x = n ln2 +
 // r, |r| <= ln2 / 2, p a degree-6 Taylor polynomial (relative error below
-// 2e-7); x < -87 gives 0.
+// 2e-7); x < -87 gives 0 and NaN stays NaN (a NaN or +inf score must turn
+// its row NaN, as softmax in IEEE arithmetic does).
 POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
   const Float16v floor_value = Float16v{} - 87.0f;
   const Int16v keep = x >= floor_value;  // all ones where x >= -87
@@ -206,7 +207,8 @@ POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
   Float16v scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const Float16v result = p * scale;
-  return keep ? result : Float16v{};
+  const Int16v nan = x != x;
+  return keep ? result : nan ? x : Float16v{};
 }
 
 POLYOPS_INLINE float ExpNonPositive(float x) {
@@ -351,31 +353,41 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       ScoreRows(qs + r0 * d_size, d_size, kt, count, a.scale, s);
       for (int64_t r = r0; r < r0 + count; ++r) {
         float* sr = s + (r - r0) * kKeyTile;
+        // The row's visible keys in this piece, [c0 + begin, c0 + end): the
+        // others are left out of the value sum, not weighted by 0, so a NaN
+        // or inf in a masked value (0 * inf = NaN) never reaches the row.
+        int64_t begin = 0, end = n;
         if (!unmasked) {
           const KeyRange range =
               VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
                           seq.kv_len, a.causal, a.window_left, a.window_right);
+          begin = std::clamp<int64_t>(range.lo - c0, 0, n);
+          end = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
+          if (begin >= end) continue;
           for (int64_t c = 0; c < kKeyTile; ++c) {
-            const int64_t j = c0 + c;
-            if (c >= n || j < range.lo || j > range.hi) sr[c] = kNegInf;
+            if (c < begin || c >= end) sr[c] = kNegInf;
           }
         }
         const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
+        // NaN scores drop out of the max but not out of the exps below.
         const Float16v wide_max = lo > hi ? lo : hi;
         float piece_max = kNegInf;
         for (int64_t c = 0; c < kLanes; ++c) {
           piece_max = std::max(piece_max, wide_max[c]);
         }
         const float new_max = std::max(row_max[r], piece_max);
-        if (new_max == kNegInf) continue;  // nothing visible yet
-        const float correction = ExpNonPositive(row_max[r] - new_max);
-        StoreV(sr, ExpNonPositive(lo - new_max));
-        StoreV(sr + kLanes, ExpNonPositive(hi - new_max));
+        // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
+        // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
+        const float shift = new_max == kNegInf ? 0.0f : new_max;
+        const float correction = ExpNonPositive(row_max[r] - shift);
+        StoreV(sr, ExpNonPositive(lo - shift));
+        StoreV(sr + kLanes, ExpNonPositive(hi - shift));
         float piece_sum = 0.0f;
         for (int64_t c = 0; c < kKeyTile; ++c) piece_sum += sr[c];
         row_sum[r] = row_sum[r] * correction + piece_sum;
         row_max[r] = new_max;
-        AccumulateValues(acc + r * d_size, d_size, correction, sr, vs, n);
+        AccumulateValues(acc + r * d_size, d_size, correction, sr + begin,
+                         vs + begin * d_size, end - begin);
       }
     }
   }
@@ -385,8 +397,9 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     for (int64_t h = 0; h < tile.heads; ++h) {
       const int64_t r = t * tile.heads + h;
       float* o = acc + r * d_size;
-      // A row that saw no key keeps sum 0 and an all-zero accumulator.
-      const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
+      // Sum 0: no key visible, or all visible scores -inf; the row is 0
+      // (NaN where 0 * inf reached the accumulator). A NaN sum stays NaN.
+      const float inverse = row_sum[r] == 0.0f ? 0.0f : 1.0f / row_sum[r];
       for (int64_t d = 0; d < d_size; ++d) o[d] *= inverse;
       StoreBlock(o,
                  a.out + token * a.o_stride_token +
