@@ -31,8 +31,9 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
                   const std::optional<Tensor>& out) const override {
-    const std::vector<cpu::AttentionSequence> sequences =
+    const cpu::SequenceTable read =
         ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
+    const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.flash_attention", [&](auto tag) {
           using T = typename decltype(tag)::type;
