@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "cpu/convert.h"
 
@@ -14,15 +13,14 @@ namespace polyops::cpu {
 // exp(x) to about 2 ulp (Cephes expf's range reduction and polynomial) with
 // IEEE ends: exp(-inf) = 0, exp(inf) = inf, NaN stays NaN, so softmax gives
 // a -inf logit weight 0 and silu(-inf) = -inf / inf is NaN, as torch has
-// them. Below -87.3 (a denormal result, under 1.3e-38) it flushes to 0,
-// above 88.72 float32 overflows to inf, and (88.3, 88.72] gives exp(88.3)
-// (the polynomial's 2^n needs n <= 127).
+// them. The clamps do it at no extra cost: below -88, n = -127 makes 2^n
+// (the exponent bits) 0; above 89, n = 128 makes it inf. So results under
+// about 1e-38 may flush to 0, and float32 overflows to inf from 88.38
+// instead of 88.72.
 POLYOPS_INLINE float VectorExp(float x) {
   const bool nan = x != x;
-  const bool underflow = x < -87.3f;
-  const bool overflow = x > 88.72283905f;  // ln(FLT_MAX)
-  x = underflow ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
+  x = x < -88.0f ? -88.0f : x;
+  x = x > 89.0f ? 89.0f : x;
   // n = round(x / ln 2) by the 1.5 * 2**23 shifter (no rounding call).
   const float shifter = 12582912.0f;
   const float n = (x * 1.44269504088896341f + shifter) - shifter;
@@ -38,10 +36,7 @@ POLYOPS_INLINE float VectorExp(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  const float result = underflow  ? 0.0f
-                       : overflow ? std::numeric_limits<float>::infinity()
-                                  : y * scale;
-  return nan ? x + x : result;
+  return nan ? x + x : y * scale;
 }
 
 }  // namespace polyops::cpu
