@@ -55,7 +55,7 @@ def assert_guards_intact(buffer, guard_elements, msg=""):
         parallel_param(5000, 4999, id="5000-last"),
     ],
 )
-def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtype):
+def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtype, gen):
     heads, head_size, block_size = 2, 16, 16
     num_blocks = (tokens + block_size - 1) // block_size + 1
     num_slots = num_blocks * block_size
@@ -63,8 +63,8 @@ def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtyp
     row = heads * head_size
     key_cache, key_buffer = guarded(shape, BF16, -1.0, 4 * row)
     value_cache, value_buffer = guarded(shape, BF16, -2.0, 4 * row)
-    key = torch.randn(tokens, heads, head_size).to(BF16)
-    slots = torch.randperm(num_slots)[:tokens].to(slot_dtype)
+    key = torch.randn(tokens, heads, head_size, generator=gen).to(BF16)
+    slots = torch.randperm(num_slots, generator=gen)[:tokens].to(slot_dtype)
     for bad in (num_slots, num_slots + 3, 2**31 - 1):
         slots_bad = slots.clone()
         slots_bad[bad_at] = bad
@@ -90,12 +90,12 @@ def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtyp
     "tokens, bad_at",
     [(5, 0), (5, 4), parallel_param(4000, 1999, id="4000-middle")],
 )
-def test_rotary_embedding_out_of_range_writes_nothing(tokens, bad_at, position_dtype):
+def test_rotary_embedding_out_of_range_writes_nothing(tokens, bad_at, position_dtype, gen):
     max_pos, head_size = 64, 32
     cache, _ = guarded((max_pos, head_size), F32, 0.5, head_size)
-    query = torch.randn(tokens, 4, head_size)
-    key = torch.randn(tokens, 2, head_size)
-    positions = torch.randint(0, max_pos, (tokens,)).to(position_dtype)
+    query = torch.randn(tokens, 4, head_size, generator=gen)
+    key = torch.randn(tokens, 2, head_size, generator=gen)
+    positions = torch.randint(0, max_pos, (tokens,), generator=gen).to(position_dtype)
     for bad in (max_pos, -1, -(2**31)):
         bad_positions = positions.clone()
         bad_positions[bad_at] = bad
