@@ -17,6 +17,7 @@ import torch
 
 SCRIPT = r"""
 import sys, torch, polyops
+inf, nan = float("inf"), float("nan")
 g = torch.Generator().manual_seed(7)
 out = {}
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -47,6 +48,19 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     out[f"rotary_neox_{dtype}"] = torch.cat([rq.flatten(), rk.flatten()])
     polyops.rotary_embedding(pos, rq, rk, 128, cache, False)
     out[f"rotary_pairs_{dtype}"] = torch.cat([rq.flatten(), rk.flatten()])
+    # NaN and inf (test_nan_inf.py has their float64 references): hidden and
+    # visible NaN keys, a +inf score, -inf scores, an inf value; softmax rows
+    # with NaN, +inf and -inf; silu of +-inf and NaN.
+    q[..., 0] = q[..., 0].abs() + 0.5
+    k[3, 0, 7], k[40, 1, 0], k[50, 0, 0], k[0, 1, 0] = nan, inf, -inf, -inf
+    v[60, 0, 9], v[0, 1, 3] = nan, inf
+    out[f"attention_specials_{dtype}"] = polyops.flash_attention(
+        q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
+    s = torch.randn(3, 40, 50, generator=h).to(dtype)
+    s[0, 1, 5], s[0, 2, 20], s[0, 3, :14], s[1, :, 7], s[2, 30, 45:] = nan, inf, -inf, -inf, nan
+    out[f"causal_softmax_specials_{dtype}"] = polyops.causal_softmax(s)
+    m[:, 5], m[:, 600], m[3], m[4, 700:] = -inf, inf, nan, 0.0
+    out[f"silu_and_mul_specials_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
 torch.save(out, sys.argv[1])
 """
 
@@ -84,3 +98,13 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             key = f"{op}_{dtype}"
             for isa in ("avx2", "all"):
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
+        # With NaNs: the bits, so that NaN == NaN (torch.equal says no).
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        for op in ("attention_specials", "causal_softmax_specials", "silu_and_mul_specials"):
+            key = f"{op}_{dtype}"
+            baseline = results["baseline"][key]
+            assert baseline.isnan().any() and not baseline.isnan().all(), key
+            for isa in ("avx2", "all"):
+                assert torch.equal(results[isa][key].view(bits), baseline.view(bits)), (
+                    f"{key}: {isa}"
+                )

@@ -205,6 +205,18 @@ def test_causal_softmax_large_values(gen):
     assert_close(polyops.causal_softmax(x), causal_softmax_reference(x), F32)
 
 
+@pytest.mark.parametrize("slot", slot_params("causal_softmax"))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_causal_softmax_rows_are_independent(dtype, slot):
+    # Row 0 turns NaN; row 1 must not see row 0's staged values. (bfloat16
+    # staging wrote floats through a uint32_t pointer, and GCC read row 1's
+    # first element before those stores: row 1 came out NaN.)
+    x = torch.tensor([[1.0, float("nan"), 2.0], [200.0, 201.0, 202.0]], dtype=dtype)
+    result = polyops.causal_softmax(x[None], implementation_index=slot)[0]
+    assert result[0, :2].isnan().all()
+    assert_close(result[1], causal_softmax_reference(x[1:])[0], dtype)
+
+
 def test_causal_softmax_bad_inputs(gen):
     x = make_tensor((4, 4), F32, gen)
     with pytest.raises(ValueError, match=r"polyops\.causal_softmax: input must have at least 2"):

@@ -17,6 +17,9 @@ namespace polyops {
 // and masked keys get probability 0, so the last query row sees every key.
 // Computed in float32. When q > k, the first q - k rows see no key at all:
 // such a fully masked row is defined as all zeros (not NaN).
+// NaN and inf as torch.softmax over the visible keys: a NaN or +inf makes
+// the row NaN, a -inf gets exactly 0, and a row whose visible keys are all
+// -inf is NaN (0 / 0). Masked keys are never read.
 //   input: [..., q, k] with at least 2 dims, float16, bfloat16 or float32;
 //          leading dims may have any strides, the last dim must have
 //          stride 1.

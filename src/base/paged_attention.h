@@ -46,6 +46,9 @@ namespace polyops {
 //           contiguous when omitted.
 // query, the caches and out may have any strides in their leading dims; the
 // last dim must have stride 1.
+// NaN and inf as in flash_attention: IEEE softmax(scores) v over the
+// sequence's keys, a row whose scores are all -inf is 0, and cache slots
+// past seq_lens[b] are never read.
 class PagedAttention : public OperatorBase {
  public:
   static constexpr const char* kName = "paged_attention";

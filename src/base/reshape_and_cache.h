@@ -22,9 +22,12 @@ namespace polyops {
 //                 contiguous.
 //   slot_mapping: [T], int32 or int64 (same result), any stride. A slot
 //                 >= num_blocks * block_size is a ValueError naming the
-//                 token: the CPU kernel reads the slots before writing
-//                 anything. (An accelerator backend cannot check that
-//                 without copying slot_mapping to the host.)
+//                 token: the CPU kernel reads each slot once into a copy,
+//                 checks the copies before writing anything and writes
+//                 through the copies only, so another thread changing
+//                 slot_mapping mid-call cannot cause an out-of-bounds write.
+//                 (An accelerator backend cannot check without copying
+//                 slot_mapping to the host.)
 class ReshapeAndCache : public OperatorBase {
  public:
   static constexpr const char* kName = "reshape_and_cache";

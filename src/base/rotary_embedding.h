@@ -21,10 +21,11 @@ namespace polyops {
 //   x1' = x1 * cos[i] - x2 * sin[i],  x2' = x2 * cos[i] + x1 * sin[i],
 // computed in float32. Dims past rotary_dim (partial rotary) are unchanged.
 //   positions:     [T], int64 or int32, any stride. Every position must be
-//                  in [0, max_pos): the CPU kernel reads them first and
-//                  raises ValueError naming the token otherwise (an
-//                  accelerator backend could not check without a copy to
-//                  the host).
+//                  in [0, max_pos): the CPU kernel reads each once into a
+//                  copy, checks the copies before rotating anything (else
+//                  ValueError naming the token) and indexes the table with
+//                  the copies only (an accelerator backend could not check
+//                  without a copy to the host).
 //   query:         [T, Hq * head_size] or [T, Hq, head_size], float16,
 //                  bfloat16 or float32; head dim contiguous, other strides
 //                  free.

@@ -15,6 +15,8 @@ namespace polyops {
 //
 // vLLM's activation: with d = input.shape[-1] // 2,
 // out = silu(input[..., :d]) * input[..., d:], computed in float32.
+// NaN and inf as torch: silu(-inf) = -inf / (1 + inf) = NaN, silu(inf) =
+// inf, silu(NaN) = NaN, and the product is IEEE (0 * inf = NaN).
 //   input: [..., 2*d], float16, bfloat16 or float32, any strides.
 //   out:   [..., d], input's dtype, any strides; allocated contiguous when
 //          omitted.

@@ -13,6 +13,8 @@ namespace polyops {
 // swiglu(input, gate, *, out=None) -> Tensor
 //
 // out = input * silu(gate), silu(g) = g / (1 + exp(-g)), computed in float32.
+// NaN and inf as torch: silu(-inf) = NaN, silu(inf) = inf, silu(NaN) = NaN,
+// and the product is IEEE (0 * inf = NaN).
 //   input, gate: same shape, any strides; float16, bfloat16 or float32.
 //   out:         input's shape and dtype, any strides; allocated
 //                contiguous when omitted.

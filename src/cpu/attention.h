@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "cpu/convert.h"
+#include "cpu/parallel.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops::cpu {
@@ -47,35 +48,67 @@ inline KeyRange VisibleKeys(int64_t i, int64_t q_len, int64_t kv_len,
   return {lo, hi};
 }
 
-// Checks the block ids a sequence of kv_len tokens uses (data, so checked at
-// call time) and that they fit its table row.
-inline void CheckBlocks(const char* op, const char* table_name,
-                        const int32_t* blocks, int64_t b, int64_t kv_len,
-                        int64_t max_blocks, int64_t block_size,
-                        int64_t num_blocks) {
+// A call's sequences as the kernels use them. The lengths and block ids are
+// caller memory another thread may change while the call runs without the
+// GIL, so each is read once (ReadOnce) into here, checked here, and the
+// kernels read only these copies: a checked block id cannot turn into an
+// out-of-bounds access.
+struct SequenceTable {
+  std::vector<AttentionSequence> sequences;
+  // The block ids each paged sequence uses, back to back; sequences[b].blocks
+  // points into it (LinkBlocks).
+  std::vector<int32_t> blocks;
+};
+
+// Appends the block ids sequence b (kv_len tokens) uses from its table row
+// to table->blocks, each read once and checked (data, so checked at call
+// time), after checking that kv_len fits the row.
+inline void CopyBlocks(const char* op, const char* table_name,
+                       const int32_t* row, int64_t b, int64_t kv_len,
+                       int64_t max_blocks, int64_t block_size,
+                       int64_t num_blocks, SequenceTable* table) {
   POLYOPS_CHECK(kv_len <= max_blocks * block_size, "polyops.", op,
                 ": sequence ", b, " has ", kv_len, " kv tokens, more than its ",
                 table_name, " row holds (", max_blocks, " blocks of ",
                 block_size, ")");
   const int64_t used = (kv_len + block_size - 1) / block_size;
   for (int64_t k = 0; k < used; ++k) {
-    POLYOPS_CHECK(blocks[k] >= 0 && blocks[k] < num_blocks, "polyops.", op,
-                  ": ", table_name, "[", b, "][", k, "] = ", blocks[k],
+    const int32_t block = ReadOnce(row + k);
+    POLYOPS_CHECK(block >= 0 && block < num_blocks, "polyops.", op, ": ",
+                  table_name, "[", b, "][", k, "] = ", block,
                   " is not a block of the cache (must be in [0, ", num_blocks,
                   "))");
+    table->blocks.push_back(block);
   }
 }
 
-// Reads flash_attention's cu_seqlens (and block table) into `sequences`,
-// raising InvalidArgument for malformed metadata. total_kv < 0 means paged
-// kv (table non-null).
-inline void ReadVarlenSequences(const int32_t* cu_q, const int32_t* cu_kv,
-                                int64_t batch, int64_t total_q,
-                                int64_t total_kv, const int32_t* table,
-                                int64_t table_stride, int64_t max_blocks,
-                                int64_t block_size, int64_t num_blocks,
-                                std::vector<AttentionSequence>* sequences) {
+// Points each sequence at its ids in table->blocks, once all are copied
+// (appending may move the vector's storage).
+inline void LinkBlocks(int64_t block_size, SequenceTable* table) {
+  int64_t offset = 0;
+  for (AttentionSequence& seq : table->sequences) {
+    seq.blocks = table->blocks.data() + offset;
+    offset += (seq.kv_len + block_size - 1) / block_size;
+  }
+}
+
+// Reads flash_attention's cu_seqlens (and block table) into `read`, each
+// entry once, raising InvalidArgument for malformed metadata. total_kv < 0
+// means paged kv (table non-null).
+inline void ReadVarlenSequences(const int32_t* cu_q_data,
+                                const int32_t* cu_kv_data, int64_t batch,
+                                int64_t total_q, int64_t total_kv,
+                                const int32_t* table, int64_t table_stride,
+                                int64_t max_blocks, int64_t block_size,
+                                int64_t num_blocks, SequenceTable* read) {
   constexpr const char* kOp = "flash_attention";
+  std::vector<int32_t> copies(2 * (batch + 1));
+  for (int64_t b = 0; b <= batch; ++b) {
+    copies[b] = ReadOnce(cu_q_data + b);
+    copies[batch + 1 + b] = ReadOnce(cu_kv_data + b);
+  }
+  const int32_t* cu_q = copies.data();
+  const int32_t* cu_kv = copies.data() + batch + 1;
   const int32_t* cus[2] = {cu_q, cu_kv};
   const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
   for (int k = 0; k < 2; ++k) {
@@ -97,19 +130,19 @@ inline void ReadVarlenSequences(const int32_t* cu_q, const int32_t* cu_kv,
                   total_kv, ", got cu_seqlens_kv[", batch,
                   "] = ", cu_kv[batch]);
   }
-  sequences->resize(batch);
+  read->sequences.resize(batch);
   for (int64_t b = 0; b < batch; ++b) {
-    AttentionSequence& seq = (*sequences)[b];
+    AttentionSequence& seq = read->sequences[b];
     seq.q_start = cu_q[b];
     seq.q_len = cu_q[b + 1] - cu_q[b];
     seq.kv_start = cu_kv[b];
     seq.kv_len = cu_kv[b + 1] - cu_kv[b];
     if (total_kv < 0) {
-      seq.blocks = table + b * table_stride;
-      CheckBlocks(kOp, "block_table", seq.blocks, b, seq.kv_len, max_blocks,
-                  block_size, num_blocks);
+      CopyBlocks(kOp, "block_table", table + b * table_stride, b, seq.kv_len,
+                 max_blocks, block_size, num_blocks, read);
     }
   }
+  if (total_kv < 0) LinkBlocks(block_size, read);
 }
 
 // Where the operands live; strides in elements. Contiguous kv when
@@ -184,7 +217,8 @@ POLYOPS_INLINE void StoreV(float* p, Float16v v) {
 
 // exp(x) for x <= 0 (and -inf), 16 at a time: 2^n * p(r) with x = n ln2 +
 // r, |r| <= ln2 / 2, p a degree-6 Taylor polynomial (relative error below
-// 2e-7); x < -87 gives 0.
+// 2e-7); x < -87 gives 0 and NaN stays NaN (a NaN or +inf score must turn
+// its row NaN, as softmax in IEEE arithmetic does).
 POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
   const Float16v floor_value = Float16v{} - 87.0f;
   const Int16v keep = x >= floor_value;  // all ones where x >= -87
@@ -206,7 +240,8 @@ POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
   Float16v scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const Float16v result = p * scale;
-  return keep ? result : Float16v{};
+  const Int16v nan = x != x;
+  return keep ? result : nan ? x : Float16v{};
 }
 
 POLYOPS_INLINE float ExpNonPositive(float x) {
@@ -351,31 +386,41 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       ScoreRows(qs + r0 * d_size, d_size, kt, count, a.scale, s);
       for (int64_t r = r0; r < r0 + count; ++r) {
         float* sr = s + (r - r0) * kKeyTile;
+        // The row's visible keys in this piece, [c0 + begin, c0 + end): the
+        // others are left out of the value sum, not weighted by 0, so a NaN
+        // or inf in a masked value (0 * inf = NaN) never reaches the row.
+        int64_t begin = 0, end = n;
         if (!unmasked) {
           const KeyRange range =
               VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
                           seq.kv_len, a.causal, a.window_left, a.window_right);
+          begin = std::clamp<int64_t>(range.lo - c0, 0, n);
+          end = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
+          if (begin >= end) continue;
           for (int64_t c = 0; c < kKeyTile; ++c) {
-            const int64_t j = c0 + c;
-            if (c >= n || j < range.lo || j > range.hi) sr[c] = kNegInf;
+            if (c < begin || c >= end) sr[c] = kNegInf;
           }
         }
         const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
+        // NaN scores drop out of the max but not out of the exps below.
         const Float16v wide_max = lo > hi ? lo : hi;
         float piece_max = kNegInf;
         for (int64_t c = 0; c < kLanes; ++c) {
           piece_max = std::max(piece_max, wide_max[c]);
         }
         const float new_max = std::max(row_max[r], piece_max);
-        if (new_max == kNegInf) continue;  // nothing visible yet
-        const float correction = ExpNonPositive(row_max[r] - new_max);
-        StoreV(sr, ExpNonPositive(lo - new_max));
-        StoreV(sr + kLanes, ExpNonPositive(hi - new_max));
+        // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
+        // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
+        const float shift = new_max == kNegInf ? 0.0f : new_max;
+        const float correction = ExpNonPositive(row_max[r] - shift);
+        StoreV(sr, ExpNonPositive(lo - shift));
+        StoreV(sr + kLanes, ExpNonPositive(hi - shift));
         float piece_sum = 0.0f;
         for (int64_t c = 0; c < kKeyTile; ++c) piece_sum += sr[c];
         row_sum[r] = row_sum[r] * correction + piece_sum;
         row_max[r] = new_max;
-        AccumulateValues(acc + r * d_size, d_size, correction, sr, vs, n);
+        AccumulateValues(acc + r * d_size, d_size, correction, sr + begin,
+                         vs + begin * d_size, end - begin);
       }
     }
   }
@@ -385,8 +430,9 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     for (int64_t h = 0; h < tile.heads; ++h) {
       const int64_t r = t * tile.heads + h;
       float* o = acc + r * d_size;
-      // A row that saw no key keeps sum 0 and an all-zero accumulator.
-      const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
+      // Sum 0: no key visible, or all visible scores -inf; the row is 0
+      // (NaN where 0 * inf reached the accumulator). A NaN sum stays NaN.
+      const float inverse = row_sum[r] == 0.0f ? 0.0f : 1.0f / row_sum[r];
       for (int64_t d = 0; d < d_size; ++d) o[d] *= inverse;
       StoreBlock(o,
                  a.out + token * a.o_stride_token +

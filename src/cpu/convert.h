@@ -84,10 +84,13 @@ POLYOPS_INLINE void LoadBlock(const T* src, int64_t stride, ComputeType<T>* dst,
       HalfToFloat(src, dst, n);
       return;
     } else if constexpr (std::is_same_v<T, BFloat16>) {
+      // Floats written through a uint32_t pointer may be read back stale by
+      // the caller's float loads (strict aliasing: GCC hoisted a row max's
+      // first load above these stores); BitsToFloat's memcpy is a real float
+      // store and vectorizes the same.
       const uint16_t* bits = reinterpret_cast<const uint16_t*>(src);
-      uint32_t* out = reinterpret_cast<uint32_t*>(dst);
       for (int64_t i = 0; i < n; ++i)
-        out[i] = static_cast<uint32_t>(bits[i]) << 16;
+        dst[i] = BitsToFloat(static_cast<uint32_t>(bits[i]) << 16);
       return;
     } else {
       std::memcpy(dst, src, sizeof(T) * n);
@@ -105,10 +108,10 @@ POLYOPS_INLINE void StoreBlock(const ComputeType<T>* src, T* dst,
       FloatToHalf(src, dst, n);
       return;
     } else if constexpr (std::is_same_v<T, BFloat16>) {
-      const uint32_t* in = reinterpret_cast<const uint32_t*>(src);
+      // Reads the floats as floats, for the reason LoadBlock writes them so.
       uint16_t* bits = reinterpret_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) {
-        const uint32_t value = in[i];
+        const uint32_t value = FloatToBits(src[i]);
         const uint32_t rounded = value + 0x7fffu + ((value >> 16) & 1u);
         const bool is_nan = (value & 0x7fffffffu) > 0x7f800000u;
         bits[i] = is_nan ? static_cast<uint16_t>((value >> 16) | 0x40u)

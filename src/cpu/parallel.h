@@ -8,6 +8,16 @@
 
 namespace polyops::cpu {
 
+// Reads *p exactly once. Index tensors (slot_mapping, positions) are caller
+// memory that another thread may change while a call runs without the GIL:
+// a kernel copies each index once with this, bounds-checks the copy and uses
+// only the copy, so what it checked is what it uses. (A plain load lets the
+// compiler load again, since a race is undefined behaviour.)
+template <typename T>
+POLYOPS_INLINE T ReadOnce(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
 // Below this many elements an OpenMP fork costs more than it saves.
 inline constexpr int64_t kParallelGrain = 32768;
 

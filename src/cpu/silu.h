@@ -6,8 +6,9 @@
 namespace polyops::cpu {
 
 // silu(g) = g / (1 + exp(-g)) in float32. VectorExp (not std::exp, a libm
-// call) lets the elementwise loops vectorize; its clamping keeps both tails
-// right: g << 0 gives ~g * 1e-38 (0 to float32 precision), g >> 0 gives g.
+// call) lets the elementwise loops vectorize; its IEEE ends give torch's
+// tails: g << 0 gives g / inf = -0, silu(-inf) = -inf / inf = NaN,
+// silu(inf) = inf / 1 = inf.
 POLYOPS_INLINE float Silu(float g) { return g / (1.0f + VectorExp(-g)); }
 
 }  // namespace polyops::cpu

@@ -10,13 +10,17 @@
 
 namespace polyops::cpu {
 
-// exp(x) to about 2 ulp (Cephes expf's range reduction and polynomial).
-// Inputs below -87.3 give about 1e-38 instead of a denormal or 0, above 88.3
-// about 2.4e38 instead of inf; NaN stays NaN. Softmax feeds it x - max <= 0.
+// exp(x) to about 2 ulp (Cephes expf's range reduction and polynomial) with
+// IEEE ends: exp(-inf) = 0, exp(inf) = inf, NaN stays NaN, so softmax gives
+// a -inf logit weight 0 and silu(-inf) = -inf / inf is NaN, as torch has
+// them. The clamps do it at no extra cost: below -88, n = -127 makes 2^n
+// (the exponent bits) 0; above 89, n = 128 makes it inf. So results under
+// about 1e-38 may flush to 0, and float32 overflows to inf from 88.38
+// instead of 88.72.
 POLYOPS_INLINE float VectorExp(float x) {
   const bool nan = x != x;
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
+  x = x < -88.0f ? -88.0f : x;
+  x = x > 89.0f ? 89.0f : x;
   // n = round(x / ln 2) by the 1.5 * 2**23 shifter (no rounding call).
   const float shifter = 12582912.0f;
   const float n = (x * 1.44269504088896341f + shifter) - shifter;

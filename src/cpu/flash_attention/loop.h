@@ -31,8 +31,9 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
                   const std::optional<Tensor>& out) const override {
-    const std::vector<cpu::AttentionSequence> sequences =
+    const cpu::SequenceTable read =
         ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
+    const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.flash_attention", [&](auto tag) {
           using T = typename decltype(tag)::type;
@@ -64,10 +65,14 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                   scores[j] = dot * scale_;
                   max_score = std::max(max_score, scores[j]);
                 }
+                // All visible scores -inf: weights exp(-inf - 0) = 0 and a
+                // zero row (SDPA's rule), not exp(-inf + inf) = NaN. A NaN
+                // score, which std::max skips, still makes its exp NaN.
+                const float shift = max_score == -INFINITY ? 0.0f : max_score;
                 float sum = 0.0f;
                 std::fill(accumulator.begin(), accumulator.end(), 0.0f);
                 for (int64_t j = range.lo; j <= range.hi; ++j) {
-                  const float p = std::exp(scores[j] - max_score);
+                  const float p = std::exp(scores[j] - shift);
                   sum += p;
                   const T* v = cpu::KvRow(
                       value.data_as<T>(), paged_ ? value.stride(0) : 0,
@@ -77,8 +82,9 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                     accumulator[d] += p * cpu::Load(v + d);
                   }
                 }
-                // No visible key: sum stays 0 and the row is zeros.
-                const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+                // Sum 0 (no key visible, or all -inf): zeros, or NaN where
+                // 0 * inf reached the accumulator. A NaN sum stays NaN.
+                const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
                 T* o = out->data_as<T>() + (seq.q_start + i) * out->stride(0) +
                        h * out->stride(1);
                 for (int64_t d = 0; d < head_size_; ++d) {

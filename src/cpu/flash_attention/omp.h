@@ -30,8 +30,9 @@ class Operator<FlashAttention, Device::Type::kCpu, 1>
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
                   const std::optional<Tensor>& out) const override {
-    const std::vector<cpu::AttentionSequence> sequences =
+    const cpu::SequenceTable read =
         ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
+    const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     const int64_t group = num_heads_ / num_kv_heads_;
     std::vector<cpu::AttentionTile> tiles;
     int64_t work = 0;

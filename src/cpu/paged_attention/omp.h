@@ -34,24 +34,29 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
     const int32_t* lens_data = lens.data_as<int32_t>();
     const int32_t* table_data = table.data_as<int32_t>();
     const int64_t group = num_heads_ / num_kv_heads_;
-    std::vector<cpu::AttentionSequence> sequences(batch_);
+    // Lengths and block ids read once each (cpu::SequenceTable).
+    cpu::SequenceTable read;
+    read.sequences.resize(batch_);
     std::vector<cpu::AttentionTile> tiles;
     int64_t work = 0;
     for (int64_t b = 0; b < batch_; ++b) {
       const char* lens_name = seq_lens_host ? "seq_lens_host" : "seq_lens";
-      POLYOPS_CHECK(lens_data[b] >= 0, "polyops.paged_attention: ", lens_name,
-                    "[", b, "] must be >= 0, got ", lens_data[b]);
-      cpu::AttentionSequence& seq = sequences[b];
+      const int32_t len = cpu::ReadOnce(lens_data + b);
+      POLYOPS_CHECK(len >= 0, "polyops.paged_attention: ", lens_name, "[", b,
+                    "] must be >= 0, got ", len);
+      cpu::AttentionSequence& seq = read.sequences[b];
       seq.q_start = b;
       seq.q_len = 1;
-      seq.kv_len = lens_data[b];
-      seq.blocks = table_data + b * table.stride(0);
-      cpu::CheckBlocks(
-          kName, block_table_host ? "block_table_host" : "block_table",
-          seq.blocks, b, seq.kv_len, max_blocks_, block_size_, num_blocks_);
+      seq.kv_len = len;
+      cpu::CopyBlocks(kName,
+                      block_table_host ? "block_table_host" : "block_table",
+                      table_data + b * table.stride(0), b, seq.kv_len,
+                      max_blocks_, block_size_, num_blocks_, &read);
       cpu::AppendTiles(seq, b, num_kv_heads_, group, head_size_, &tiles);
       work += seq.kv_len;
     }
+    cpu::LinkBlocks(block_size_, &read);
+    const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     const bool parallel =
         work * num_heads_ * head_size_ >= cpu::kAttentionParallelWork;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "base/reshape_and_cache.h"
 #include "core/operator.h"
@@ -10,10 +11,12 @@
 
 namespace polyops {
 
-// Slot 0: slots are checked in one serial pass (nothing is written when one
-// is out of range, and an error cannot leave an OpenMP region), then tokens
-// are copied as bytes, one memcpy per head (per token when its heads are
-// packed), over OpenMP threads for large calls.
+// Slot 0: slots are read once into a local copy and checked there, in one
+// serial pass (nothing is written when one is out of range, and an error
+// cannot leave an OpenMP region); the copy loop uses only that copy, so a
+// slot changed by another thread meanwhile cannot turn into an
+// out-of-bounds write. Tokens are copied as bytes, one memcpy per head (per
+// token when its heads are packed), over OpenMP threads for large calls.
 template <>
 class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
     : public ReshapeAndCache {
@@ -37,8 +40,10 @@ class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
   template <typename S>
   void Run(const S* slots, const Tensor& key, const Tensor& value,
            const Tensor& key_cache, const Tensor& value_cache) const {
+    std::vector<int64_t> checked(tokens_);
     for (int64_t t = 0; t < tokens_; ++t) {
-      const int64_t slot = slots[t * slot_stride_];
+      const int64_t slot = cpu::ReadOnce(slots + t * slot_stride_);
+      checked[t] = slot;
       POLYOPS_CHECK(slot < num_slots_,
                     "polyops.reshape_and_cache: "
                     "slot_mapping[",
@@ -55,7 +60,7 @@ class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
     const char* key_data = static_cast<const char*>(key.data());
     const char* value_data = static_cast<const char*>(value.data());
     cpu::ParallelFor(tokens_, parallel, [&](int64_t t) {
-      const int64_t slot = slots[t * slot_stride_];
+      const int64_t slot = checked[t];
       if (slot < 0) return;
       CopyToken(key_data + t * key_strides_[0] * width, key_strides_[1],
                 key_base + slot * row_bytes);

@@ -1,0 +1,424 @@
+"""NaN and Inf inputs: every CPU slot against float64 references written from the math.
+
+The contract (docs/api.md, "NaN and Inf") is torch's behaviour in IEEE
+arithmetic: a NaN reaches every output that depends on it, an infinity
+propagates through the formula (so 0 * inf and inf - inf are NaN), except
+that keys hidden by a mask never contribute, whatever they hold.
+
+Each op has its own small reference below, kept separate so that it can be
+folded into a shared reference table. The comparison requires NaNs at the
+same positions and infinities exactly equal; finite values use the usual
+tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import BF16, F16, F32, FLOAT_DTYPES, TOLERANCES, dtype_id, slot_params
+
+import polyops
+
+INF, NAN = math.inf, math.nan
+DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]
+# Attention outputs are convex combinations of values: absolute tolerances
+# scale with max |v| (as in test_attention.py).
+ATTENTION_ATOL = {F16: 2e-3, BF16: 1e-2, F32: 2e-5}
+
+
+def assert_specials_close(actual, expected, dtype, atol=None, msg=""):
+    """NaN at the same positions, infinities equal, finite values within tolerance."""
+    assert actual.dtype == dtype
+    assert actual.shape == expected.shape
+    actual = actual.double()
+    nan_a, nan_e = actual.isnan(), expected.isnan()
+    if not torch.equal(nan_a, nan_e):
+        where = (nan_a != nan_e).nonzero()[:8].tolist()
+        raise AssertionError(f"{msg} NaN positions differ at {where}")
+    inf_e = expected.isinf()
+    assert torch.equal(actual[inf_e], expected[inf_e]), f"{msg} infinities differ"
+    assert not actual[~inf_e].isinf().any(), f"{msg} unexpected infinity"
+    tol = dict(TOLERANCES[dtype])
+    if atol is not None:
+        tol["atol"] = atol
+    finite = ~(nan_e | inf_e)
+    torch.testing.assert_close(actual[finite], expected[finite], **tol, msg=msg or None)
+
+
+# ---------------------------------------------------------------------------
+# References (float64, from the math)
+
+
+def silu_reference(x):
+    """silu(x) = x / (1 + exp(-x)): silu(-inf) = -inf / inf = NaN, silu(inf) = inf."""
+    x = x.double()
+    return x / (1 + torch.exp(-x))
+
+
+def silu_and_mul_reference(x):
+    d = x.shape[-1] // 2
+    return silu_reference(x[..., :d]) * x[..., d:].double()
+
+
+def swiglu_reference(input, gate):
+    return input.double() * silu_reference(gate)
+
+
+def rms_norm_reference(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w: an infinite x gives inf / inf = NaN at its
+    position and 0 elsewhere in its row."""
+    x, w = x.double(), w.double()
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def causal_softmax_reference(x):
+    """softmax over the visible keys of [..., q, k] (key j visible to row i iff
+    j <= i + k - q) as torch.softmax computes it: exp(s - max) / sum, so a NaN
+    or +inf makes the row NaN and an all -inf row is NaN (0 / 0). Hidden keys
+    are 0 whatever they hold; rows that see nothing are 0."""
+    x = x.double()
+    q, k = x.shape[-2], x.shape[-1]
+    out = torch.zeros_like(x)
+    for i in range(q):
+        visible = i + k - q + 1
+        if visible <= 0:
+            continue
+        s = x[..., i, :visible]
+        m = s.amax(-1, keepdim=True)  # NaN if the row holds one
+        e = torch.exp(s - m)
+        out[..., i, :visible] = e / e.sum(-1, keepdim=True)
+    return out
+
+
+def attention_row_reference(scores, values):
+    """One query row over its visible keys: P = softmax(scores) with P = 0 when
+    every visible score is -inf (or none is visible), as SDPA does; the output
+    sum_j P_j * v_j in IEEE arithmetic, so a weight of 0 times an infinite or NaN
+    value is still NaN. scores [n], values [n, D]."""
+    if scores.numel() == 0 or bool((scores == -INF).all()):
+        p = torch.zeros_like(scores)
+    else:
+        e = torch.exp(scores - scores.amax())  # amax propagates NaN; +inf - inf = NaN
+        p = e / e.sum()
+    # Elementwise, not a matmul: a BLAS may skip zero weights.
+    return (p[:, None] * values).sum(0)
+
+
+def attention_reference(q, k, v, cu_q, cu_kv, *, causal=True, window=(-1, -1)):
+    """varlen attention, q [Tq, Hq, D], k/v [Tkv, Hkv, D]. Keys outside the causal
+    mask and the window are left out of the sum, not weighted by 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    heads, head_size = q.shape[1], q.shape[2]
+    group = heads // k.shape[1]
+    scale = 1 / math.sqrt(head_size)
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_kv[b]), int(cu_kv[b + 1])
+        q_len, kv_len = q1 - q0, k1 - k0
+        for i in range(q_len):
+            pos = i + kv_len - q_len
+            lo, hi = 0, kv_len - 1
+            if causal:
+                hi = min(hi, pos)
+            if window[1] >= 0:
+                hi = min(hi, pos + window[1])
+            if window[0] >= 0:
+                lo = max(lo, pos - window[0])
+            keys = slice(k0 + lo, k0 + max(hi + 1, lo))
+            for h in range(heads):
+                kk, vv = k[keys, h // group], v[keys, h // group]
+                scores = (q[q0 + i, h][None, :] * kk).sum(-1) * scale
+                out[q0 + i, h] = attention_row_reference(scores, vv)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# silu_and_mul, swiglu
+
+# Gate values and what silu makes of them: NaN, -inf (NaN), +inf (inf), and
+# finite values where exp(-g) overflows float32.
+GATES = [NAN, -INF, INF, -100.0, -88.5, 90.0, 0.0, 1.0]
+
+
+def _gate_inputs(dtype, gen, cols=37):
+    """Rows of GATES (one special per row, spread over vector and tail lanes)
+    and multipliers with 0, inf and NaN in some rows."""
+    gate = torch.randn(len(GATES), cols, generator=gen, dtype=torch.float64)
+    mult = torch.randn(len(GATES), cols, generator=gen, dtype=torch.float64)
+    for r, g in enumerate(GATES):
+        gate[r, r % 3 :: 5] = g
+    mult[0, 1] = 0.0  # silu(inf) * 0 = NaN when the gate row is +inf
+    mult[2, ::5] = 0.0
+    mult[3, 4] = INF
+    mult[5, 7] = NAN
+    mult[6, 0::7] = -INF  # silu(0) = 0: 0 * -inf = NaN
+    return gate.to(dtype), mult.to(dtype)
+
+
+@pytest.mark.parametrize("slot", slot_params("silu_and_mul"))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_nan_inf(dtype, slot, gen):
+    gate, mult = _gate_inputs(dtype, gen)
+    x = torch.cat([gate, mult], dim=-1)
+    out = polyops.silu_and_mul(x, implementation_index=slot)
+    expected = silu_and_mul_reference(x)
+    assert expected[1].isnan().any()  # silu(-inf) = NaN
+    assert_specials_close(out, expected, dtype)
+
+
+@pytest.mark.parametrize("slot", slot_params("swiglu"))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu_nan_inf(dtype, slot, gen):
+    gate, mult = _gate_inputs(dtype, gen)
+    out = polyops.swiglu(mult, gate, implementation_index=slot)
+    assert_specials_close(out, swiglu_reference(mult, gate), dtype)
+    # The roles swapped: specials in `input` multiply finite silu values.
+    out = polyops.swiglu(gate, mult.nan_to_num(0.0, 0.0, 0.0), implementation_index=slot)
+    assert_specials_close(out, swiglu_reference(gate, mult.nan_to_num(0.0, 0.0, 0.0)), dtype)
+
+
+# ---------------------------------------------------------------------------
+# rms_norm, add_rms_norm
+
+
+def _norm_inputs(dtype, gen, hidden=80):
+    x = torch.randn(6, hidden, generator=gen, dtype=torch.float64)
+    x[1, 5] = NAN
+    x[2, 70] = INF  # row: NaN there, zeros elsewhere
+    x[3, 0] = -INF
+    x[4, 3], x[4, 9] = INF, -INF
+    w = torch.randn(hidden, generator=gen, dtype=torch.float64)
+    w[11] = INF  # column: +-inf for finite rows
+    w[12] = NAN
+    return x.to(dtype), w.to(dtype)
+
+
+@pytest.mark.parametrize("slot", slot_params("rms_norm"))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_nan_inf(dtype, slot, gen):
+    x, w = _norm_inputs(dtype, gen)
+    out = polyops.rms_norm(x, w, 1e-6, implementation_index=slot)
+    assert_specials_close(out, rms_norm_reference(x, w, 1e-6), dtype)
+
+
+@pytest.mark.parametrize("slot", slot_params("add_rms_norm"))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_nan_inf(dtype, slot, gen):
+    x1, w = _norm_inputs(dtype, gen)
+    x2 = torch.randn(x1.shape, generator=gen, dtype=torch.float64).to(dtype)
+    x2[5, 7], x1[5, 7] = -INF, INF  # inf + -inf = NaN in the sum
+    y, x = polyops.add_rms_norm(x1, x2, w, 1e-6, implementation_index=slot)
+    summed = (x1.double() + x2.double()).to(dtype)
+    assert_specials_close(x, summed.double(), dtype)
+    assert_specials_close(y, rms_norm_reference(summed, w, 1e-6), dtype)
+
+
+# ---------------------------------------------------------------------------
+# causal_softmax
+
+
+@pytest.mark.parametrize("slot", slot_params("causal_softmax"))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_softmax_nan_inf(dtype, slot, gen):
+    q, k = 9, 40  # row i sees keys [0, i + 31]
+    x = torch.randn(2, q, k, generator=gen, dtype=torch.float64)
+    x[0, 0, 35] = NAN  # hidden from row 0 (sees 32 keys): must not matter
+    x[0, 1, 5] = NAN  # visible: row NaN
+    x[0, 2, 20] = INF  # row NaN (inf - inf)
+    x[0, 3, 0], x[0, 3, 17], x[0, 3, 33] = -INF, -INF, -INF  # probabilities exactly 0
+    x[0, 4, :36] = -INF  # every visible key -inf: 0 / 0 = NaN, as torch.softmax
+    x[0, 4, 36:] = NAN  # hidden
+    x[1, 8, 39] = -INF  # the last key of the last row
+    x[1, 0, 32:] = INF  # hidden from row 0
+    x = x.to(dtype)
+    out = polyops.causal_softmax(x, implementation_index=slot)
+    expected = causal_softmax_reference(x)
+    assert_specials_close(out, expected, dtype)
+    assert not expected[0, 0].isnan().any() and expected[0, 4, :36].isnan().all()
+    minus_inf = x.double() == -INF
+    visible = torch.ones(q, k, dtype=torch.bool).tril(k - q).expand_as(x)
+    # A -inf logit gets exactly 0, not exp's smallest normal.
+    assert (out[minus_inf & visible & ~expected.isnan()] == 0).all()
+
+
+# ---------------------------------------------------------------------------
+# flash_attention, paged_attention
+
+
+def _cu(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+# Specials placed into q/k/v (float64, before the cast), keyed by case name.
+# Sequence 0 is causal prefill of 70 tokens (three 32-key pieces), sequence
+# 1 a chunk of 5 queries over 90 keys; 2 kv heads, 4 query heads, D = 48
+# (one 32-dim vector block and a scalar tail). q[..., 0] > 0, so an
+# infinite k[j, h, 0] gives an infinite score of the same sign.
+def _place_specials(case, q, k, v):
+    if case == "nan_key":
+        k[40, 0, 3] = NAN  # rows 40.. of seq 0 see it: NaN; rows < 40: masked, finite
+        k[69, 1, 0] = NAN  # only the last row of seq 0 sees it
+    elif case == "nan_value":
+        v[33, 1, 2] = NAN  # visible: NaN in dim 2 of rows 33..; masked: nothing
+        v[70 + 89, 0, 40] = NAN  # last key of seq 1: only its last row sees it
+    elif case == "inf_value":
+        v[10, 0, 5] = INF  # rows seeing key 10 (weight > 0): +inf in dim 5
+        v[50, 0, 5] = -INF  # rows seeing both: NaN in dim 5
+        v[20, 1, 47] = -INF
+    elif case == "pos_inf_score":
+        k[45, 0, 0] = INF  # rows seeing key 45: exp(inf - inf) = NaN
+        k[70 + 80, 1, 0] = INF
+    elif case == "neg_inf_score":
+        k[0, 0, 0] = -INF  # row 0 of seq 0 sees only key 0: all -inf, zeros
+        k[35, 0, 0] = -INF  # weight 0 for the rows that see it
+        k[70 + 3, 1, 0] = -INF
+    elif case == "neg_inf_score_inf_value":
+        k[0, 1, 0] = -INF
+        v[0, 1, 6] = INF  # weight 0 * inf = NaN in dim 6 for every row seeing key 0
+        k[70 + 40, 0, 0] = -INF
+        v[70 + 40, 0, 7] = NAN
+    elif case == "nan_query":
+        q[3, 2, 9] = NAN
+        q[70 + 4, 0, 1] = NAN
+    else:
+        raise ValueError(case)
+
+
+CASES = [
+    "nan_key",
+    "nan_value",
+    "inf_value",
+    "pos_inf_score",
+    "neg_inf_score",
+    "neg_inf_score_inf_value",
+    "nan_query",
+]
+
+
+def _attention_inputs(case, dtype, gen):
+    q_lens, kv_lens = [70, 5], [70, 90]
+    q = torch.randn(sum(q_lens), 4, 48, generator=gen, dtype=torch.float64)
+    k = torch.randn(sum(kv_lens), 2, 48, generator=gen, dtype=torch.float64)
+    v = torch.randn(sum(kv_lens), 2, 48, generator=gen, dtype=torch.float64)
+    q[..., 0] = q[..., 0].abs() + 0.5
+    _place_specials(case, q, k, v)
+    return q.to(dtype), k.to(dtype), v.to(dtype), _cu(q_lens), _cu(kv_lens)
+
+
+@pytest.mark.parametrize("slot", slot_params("flash_attention"))
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flash_attention_nan_inf(dtype, case, slot, gen):
+    q, k, v, cu_q, cu_kv = _attention_inputs(case, dtype, gen)
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, implementation_index=slot)
+    out = polyops.flash_attention(q, k, v, **args)
+    expected = attention_reference(q, k, v, cu_q, cu_kv)
+    assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=case)
+    # A window hides keys on the left too: NaN/inf there must not matter.
+    out = polyops.flash_attention(q, k, v, window_left=20, **args)
+    expected = attention_reference(q, k, v, cu_q, cu_kv, window=(20, -1))
+    assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=f"{case} window")
+
+
+@pytest.mark.parametrize("slot", slot_params("flash_attention"))
+def test_flash_attention_masked_keys_never_contribute(slot, gen):
+    # Every hidden key and value NaN: each row must equal attention over its
+    # visible keys alone.
+    lengths = [70]
+    q = torch.randn(70, 2, 64, generator=gen)
+    k = torch.randn(70, 1, 64, generator=gen)
+    v = torch.randn(70, 1, 64, generator=gen)
+    args = dict(cu_seqlens_q=_cu(lengths), cu_seqlens_kv=_cu(lengths), implementation_index=slot)
+    expected = polyops.flash_attention(q, k, v, **args)
+    for i in (0, 5, 31, 32, 33, 63, 64, 69):
+        k_poisoned, v_poisoned = k.clone(), v.clone()
+        k_poisoned[i + 1 :], v_poisoned[i + 1 :] = NAN, INF
+        out = polyops.flash_attention(q, k_poisoned, v_poisoned, **args)
+        assert torch.equal(out[: i + 1], expected[: i + 1]), f"row {i}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flash_attention_slots_agree_on_specials(dtype, gen):
+    # Every slot puts NaN and inf where the reference slot (0) does.
+    for case in CASES:
+        q, k, v, cu_q, cu_kv = _attention_inputs(case, dtype, gen)
+        args = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv)
+        reference_slot = polyops.flash_attention(q, k, v, implementation_index=0, **args)
+        for slot in polyops.implementations("flash_attention"):
+            out = polyops.flash_attention(q, k, v, implementation_index=slot, **args)
+            assert torch.equal(out.isnan(), reference_slot.isnan()), (case, slot)
+            assert torch.equal(out.isinf(), reference_slot.isinf()), (case, slot)
+
+
+def _decode_inputs(case, dtype, gen, block_size=16):
+    seq_lens = [40, 3, 70]
+    q = torch.randn(3, 4, 48, generator=gen, dtype=torch.float64)
+    q[..., 0] = q[..., 0].abs() + 0.5
+    num_blocks = 12
+    k_cache = torch.randn(num_blocks, block_size, 2, 48, generator=gen, dtype=torch.float64)
+    v_cache = torch.randn(num_blocks, block_size, 2, 48, generator=gen, dtype=torch.float64)
+    table = torch.tensor(
+        [[4, 0, 7, -1, -1], [9, -1, -1, -1, -1], [1, 2, 3, 5, 6]], dtype=torch.int32
+    )
+
+    def at(b, j):
+        return int(table[b, j // block_size]), j % block_size
+
+    # Past each sequence's length, in its last block: hidden, must not matter.
+    k_cache[at(0, 41)], v_cache[at(0, 45)] = NAN, INF
+    k_cache[at(1, 3)], v_cache[at(1, 3)] = INF, NAN
+    if case == "nan_key":
+        k_cache[at(0, 17)][0, 3] = NAN
+    elif case == "nan_value":
+        v_cache[at(2, 69)][1, 2] = NAN
+    elif case == "inf_value":
+        v_cache[at(2, 10)][0, 5], v_cache[at(2, 50)][0, 5] = INF, -INF
+        v_cache[at(0, 0)][1, 1] = INF
+    elif case == "pos_inf_score":
+        k_cache[at(0, 33)][1, 0] = INF
+    elif case == "neg_inf_score":
+        k_cache[at(1, 0)][0, 0] = -INF
+        k_cache[at(1, 1)][0, 0] = -INF
+        k_cache[at(1, 2)][0, 0] = -INF  # sequence 1, kv head 0: all -inf, zeros
+        k_cache[at(2, 64)][1, 0] = -INF
+    elif case == "neg_inf_score_inf_value":
+        k_cache[at(2, 20)][0, 0] = -INF
+        v_cache[at(2, 20)][0, 6] = -INF
+    elif case == "nan_query":
+        q[1, 3, 9] = NAN
+    # Contiguous k/v in sequence order, for the reference.
+    ks = [torch.stack([k_cache[at(b, j)] for j in range(n)]) for b, n in enumerate(seq_lens)]
+    vs = [torch.stack([v_cache[at(b, j)] for j in range(n)]) for b, n in enumerate(seq_lens)]
+    k_cache, v_cache, q = k_cache.to(dtype), v_cache.to(dtype), q.to(dtype)
+    k, v = torch.cat(ks).to(dtype), torch.cat(vs).to(dtype)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    expected = attention_reference(q, k, v, _cu([1, 1, 1]), _cu(seq_lens), causal=False)
+    return q, k_cache, v_cache, lens, table, expected
+
+
+@pytest.mark.parametrize("slot", slot_params("paged_attention"))
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_paged_attention_nan_inf(dtype, case, slot, gen):
+    q, k_cache, v_cache, lens, table, expected = _decode_inputs(case, dtype, gen)
+    out = polyops.paged_attention(q, k_cache, v_cache, lens, table, implementation_index=slot)
+    assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=case)
+
+
+@pytest.mark.parametrize("slot", slot_params("flash_attention"))
+@pytest.mark.parametrize("case", CASES)
+def test_flash_attention_paged_nan_inf(case, slot, gen):
+    # The paged flash_attention path over the same caches (decode rows).
+    q, k_cache, v_cache, lens, table, expected = _decode_inputs(case, F32, gen)
+    out = polyops.flash_attention(
+        q,
+        k_cache,
+        v_cache,
+        cu_seqlens_q=_cu([1, 1, 1]),
+        cu_seqlens_kv=_cu(lens.tolist()),
+        block_table=table,
+        implementation_index=slot,
+    )
+    assert_specials_close(out, expected, F32, ATTENTION_ATOL[F32], msg=case)
