@@ -238,6 +238,13 @@ def _openmp_threads(request):
     yield
 
 
+@pytest.fixture(params=["polyops", "torch.ops"])
+def api(request):
+    """Both call forms: the fast ``polyops.<op>`` functions and ``torch.ops.polyops.<op>``
+    (same kernels through torch's dispatcher)."""
+    return polyops if request.param == "polyops" else torch.ops.polyops
+
+
 @pytest.fixture
 def gen() -> torch.Generator:
     """A freshly seeded generator per test: every test sees the same data every run."""

@@ -18,8 +18,6 @@ import pytest
 import torch
 from conftest import BF16, F32, I32, I64, assert_equal, dtype_id, parallel_param
 
-import polyops
-
 GUARD = 777.0
 
 
@@ -55,7 +53,7 @@ def assert_guards_intact(buffer, guard_elements, msg=""):
         parallel_param(5000, 4999, id="5000-last"),
     ],
 )
-def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtype, gen):
+def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtype, gen, api):
     heads, head_size, block_size = 2, 16, 16
     num_blocks = (tokens + block_size - 1) // block_size + 1
     num_slots = num_blocks * block_size
@@ -73,10 +71,10 @@ def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtyp
             ValueError,
             match=rf"polyops\.reshape_and_cache: slot_mapping\[{bad_at}\] = {bad} is out of range",
         ):
-            polyops.reshape_and_cache(key, key, key_cache, value_cache, slots_bad)
+            api.reshape_and_cache(key, key, key_cache, value_cache, slots_bad)
         assert_equal(key_buffer, before_k)  # nothing written, guards included
         assert_equal(value_buffer, before_v)
-    polyops.reshape_and_cache(key, key, key_cache, value_cache, slots)
+    api.reshape_and_cache(key, key, key_cache, value_cache, slots)
     assert_guards_intact(key_buffer, 4 * row)
     assert_guards_intact(value_buffer, 4 * row)
 
@@ -90,7 +88,7 @@ def test_reshape_and_cache_out_of_range_writes_nothing(tokens, bad_at, slot_dtyp
     "tokens, bad_at",
     [(5, 0), (5, 4), parallel_param(4000, 1999, id="4000-middle")],
 )
-def test_rotary_embedding_out_of_range_writes_nothing(tokens, bad_at, position_dtype, gen):
+def test_rotary_embedding_out_of_range_writes_nothing(tokens, bad_at, position_dtype, gen, api):
     max_pos, head_size = 64, 32
     cache, _ = guarded((max_pos, head_size), F32, 0.5, head_size)
     query = torch.randn(tokens, 4, head_size, generator=gen)
@@ -104,7 +102,7 @@ def test_rotary_embedding_out_of_range_writes_nothing(tokens, bad_at, position_d
             ValueError,
             match=rf"polyops\.rotary_embedding: positions\[{bad_at}\] = {bad} is out of range",
         ):
-            polyops.rotary_embedding(bad_positions, q, k, head_size, cache)
+            api.rotary_embedding(bad_positions, q, k, head_size, cache)
         assert_equal(q, query)  # in place, but nothing rotated
         assert_equal(k, key)
 

@@ -159,10 +159,10 @@ def _gate_inputs(dtype, gen, cols=37):
 
 @pytest.mark.parametrize("slot", slot_params("silu_and_mul"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_silu_and_mul_nan_inf(dtype, slot, gen):
+def test_silu_and_mul_nan_inf(dtype, slot, gen, api):
     gate, mult = _gate_inputs(dtype, gen)
     x = torch.cat([gate, mult], dim=-1)
-    out = polyops.silu_and_mul(x, implementation_index=slot)
+    out = api.silu_and_mul(x, implementation_index=slot)
     expected = silu_and_mul_reference(x)
     assert expected[1].isnan().any()  # silu(-inf) = NaN
     assert_specials_close(out, expected, dtype)
@@ -170,12 +170,12 @@ def test_silu_and_mul_nan_inf(dtype, slot, gen):
 
 @pytest.mark.parametrize("slot", slot_params("swiglu"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_swiglu_nan_inf(dtype, slot, gen):
+def test_swiglu_nan_inf(dtype, slot, gen, api):
     gate, mult = _gate_inputs(dtype, gen)
-    out = polyops.swiglu(mult, gate, implementation_index=slot)
+    out = api.swiglu(mult, gate, implementation_index=slot)
     assert_specials_close(out, swiglu_reference(mult, gate), dtype)
     # The roles swapped: specials in `input` multiply finite silu values.
-    out = polyops.swiglu(gate, mult.nan_to_num(0.0, 0.0, 0.0), implementation_index=slot)
+    out = api.swiglu(gate, mult.nan_to_num(0.0, 0.0, 0.0), implementation_index=slot)
     assert_specials_close(out, swiglu_reference(gate, mult.nan_to_num(0.0, 0.0, 0.0)), dtype)
 
 
@@ -197,19 +197,19 @@ def _norm_inputs(dtype, gen, hidden=80):
 
 @pytest.mark.parametrize("slot", slot_params("rms_norm"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_nan_inf(dtype, slot, gen):
+def test_rms_norm_nan_inf(dtype, slot, gen, api):
     x, w = _norm_inputs(dtype, gen)
-    out = polyops.rms_norm(x, w, 1e-6, implementation_index=slot)
+    out = api.rms_norm(x, w, 1e-6, implementation_index=slot)
     assert_specials_close(out, rms_norm_reference(x, w, 1e-6), dtype)
 
 
 @pytest.mark.parametrize("slot", slot_params("add_rms_norm"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_add_rms_norm_nan_inf(dtype, slot, gen):
+def test_add_rms_norm_nan_inf(dtype, slot, gen, api):
     x1, w = _norm_inputs(dtype, gen)
     x2 = torch.randn(x1.shape, generator=gen, dtype=torch.float64).to(dtype)
     x2[5, 7], x1[5, 7] = -INF, INF  # inf + -inf = NaN in the sum
-    y, x = polyops.add_rms_norm(x1, x2, w, 1e-6, implementation_index=slot)
+    y, x = api.add_rms_norm(x1, x2, w, 1e-6, implementation_index=slot)
     summed = (x1.double() + x2.double()).to(dtype)
     assert_specials_close(x, summed.double(), dtype)
     assert_specials_close(y, rms_norm_reference(summed, w, 1e-6), dtype)
@@ -221,7 +221,7 @@ def test_add_rms_norm_nan_inf(dtype, slot, gen):
 
 @pytest.mark.parametrize("slot", slot_params("causal_softmax"))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_causal_softmax_nan_inf(dtype, slot, gen):
+def test_causal_softmax_nan_inf(dtype, slot, gen, api):
     q, k = 9, 40  # row i sees keys [0, i + 31]
     x = torch.randn(2, q, k, generator=gen, dtype=torch.float64)
     x[0, 0, 35] = NAN  # hidden from row 0 (sees 32 keys): must not matter
@@ -233,7 +233,7 @@ def test_causal_softmax_nan_inf(dtype, slot, gen):
     x[1, 8, 39] = -INF  # the last key of the last row
     x[1, 0, 32:] = INF  # hidden from row 0
     x = x.to(dtype)
-    out = polyops.causal_softmax(x, implementation_index=slot)
+    out = api.causal_softmax(x, implementation_index=slot)
     expected = causal_softmax_reference(x)
     assert_specials_close(out, expected, dtype)
     assert not expected[0, 0].isnan().any() and expected[0, 4, :36].isnan().all()
@@ -310,20 +310,20 @@ def _attention_inputs(case, dtype, gen):
 @pytest.mark.parametrize("slot", slot_params("flash_attention"))
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_flash_attention_nan_inf(dtype, case, slot, gen):
+def test_flash_attention_nan_inf(dtype, case, slot, gen, api):
     q, k, v, cu_q, cu_kv = _attention_inputs(case, dtype, gen)
     args = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, implementation_index=slot)
-    out = polyops.flash_attention(q, k, v, **args)
+    out = api.flash_attention(q, k, v, **args)
     expected = attention_reference(q, k, v, cu_q, cu_kv)
     assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=case)
     # A window hides keys on the left too: NaN/inf there must not matter.
-    out = polyops.flash_attention(q, k, v, window_left=20, **args)
+    out = api.flash_attention(q, k, v, window_left=20, **args)
     expected = attention_reference(q, k, v, cu_q, cu_kv, window=(20, -1))
     assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=f"{case} window")
 
 
 @pytest.mark.parametrize("slot", slot_params("flash_attention"))
-def test_flash_attention_masked_keys_never_contribute(slot, gen):
+def test_flash_attention_masked_keys_never_contribute(slot, gen, api):
     # Every hidden key and value NaN: each row must equal attention over its
     # visible keys alone.
     lengths = [70]
@@ -331,11 +331,11 @@ def test_flash_attention_masked_keys_never_contribute(slot, gen):
     k = torch.randn(70, 1, 64, generator=gen)
     v = torch.randn(70, 1, 64, generator=gen)
     args = dict(cu_seqlens_q=_cu(lengths), cu_seqlens_kv=_cu(lengths), implementation_index=slot)
-    expected = polyops.flash_attention(q, k, v, **args)
+    expected = api.flash_attention(q, k, v, **args)
     for i in (0, 5, 31, 32, 33, 63, 64, 69):
         k_poisoned, v_poisoned = k.clone(), v.clone()
         k_poisoned[i + 1 :], v_poisoned[i + 1 :] = NAN, INF
-        out = polyops.flash_attention(q, k_poisoned, v_poisoned, **args)
+        out = api.flash_attention(q, k_poisoned, v_poisoned, **args)
         assert torch.equal(out[: i + 1], expected[: i + 1]), f"row {i}"
 
 
@@ -401,18 +401,18 @@ def _decode_inputs(case, dtype, gen, block_size=16):
 @pytest.mark.parametrize("slot", slot_params("paged_attention"))
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_paged_attention_nan_inf(dtype, case, slot, gen):
+def test_paged_attention_nan_inf(dtype, case, slot, gen, api):
     q, k_cache, v_cache, lens, table, expected = _decode_inputs(case, dtype, gen)
-    out = polyops.paged_attention(q, k_cache, v_cache, lens, table, implementation_index=slot)
+    out = api.paged_attention(q, k_cache, v_cache, lens, table, implementation_index=slot)
     assert_specials_close(out, expected, dtype, ATTENTION_ATOL[dtype], msg=case)
 
 
 @pytest.mark.parametrize("slot", slot_params("flash_attention"))
 @pytest.mark.parametrize("case", CASES)
-def test_flash_attention_paged_nan_inf(case, slot, gen):
+def test_flash_attention_paged_nan_inf(case, slot, gen, api):
     # The paged flash_attention path over the same caches (decode rows).
     q, k_cache, v_cache, lens, table, expected = _decode_inputs(case, F32, gen)
-    out = polyops.flash_attention(
+    out = api.flash_attention(
         q,
         k_cache,
         v_cache,
