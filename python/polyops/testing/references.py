@@ -360,7 +360,7 @@ def paged_attention_reference(
 # rotary_embedding, apply_rotary_pos_emb: FLOAT32_COMPUTE
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, head_size: int, neox: bool) -> Tensor:
+def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, head_size: int, neox: bool) -> Tensor:
     """x: [T, H*D] or [T, H, D]; cos/sin: [T, R/2]; rotates the first R dims of each head.
 
     neox pairs (i, i + R/2), interleaved (GPT-J) pairs (2i, 2i + 1):
@@ -393,8 +393,8 @@ def rotary_embedding_reference(
     rows = cos_sin_cache.cpu()[positions.cpu().long()]
     half = rows.shape[-1] // 2
     cos, sin = rows[:, :half], rows[:, half:]
-    rotated_key = None if key is None else _rotate(key, cos, sin, head_size, is_neox_style)
-    return _rotate(query, cos, sin, head_size, is_neox_style), rotated_key
+    rotated_key = None if key is None else rotate_reference(key, cos, sin, head_size, is_neox_style)
+    return rotate_reference(query, cos, sin, head_size, is_neox_style), rotated_key
 
 
 def apply_rotary_pos_emb_reference(
@@ -408,8 +408,8 @@ def apply_rotary_pos_emb_reference(
     """As :func:`rotary_embedding_reference` with per-token cos/sin [T, R/2]; a 2-D
     query holds heads of size R."""
     head_size = query.shape[-1] if query.dim() == 3 else 2 * cos.shape[-1]
-    rotated_key = None if key is None else _rotate(key, cos, sin, head_size, is_neox_style)
-    return _rotate(query, cos, sin, head_size, is_neox_style), rotated_key
+    rotated_key = None if key is None else rotate_reference(key, cos, sin, head_size, is_neox_style)
+    return rotate_reference(query, cos, sin, head_size, is_neox_style), rotated_key
 
 
 # ---------------------------------------------------------------------------
