@@ -109,10 +109,15 @@ class Case:
     atol_scale: float = 1.0
 
 
-def _returned(returned: Any, call: Call) -> tuple:
-    """The results of a call to compare: what the op returns, Nones dropped."""
-    items = returned if isinstance(returned, tuple) else (returned,)
+def drop_none(value: Any) -> tuple:
+    """A result or tuple of results as a tuple, Nones dropped (e.g. key=None's key_out)."""
+    items = value if isinstance(value, tuple) else (value,)
     return tuple(item for item in items if item is not None)
+
+
+def _returned(returned: Any, call: Call) -> tuple:
+    """The results of a call to compare: what the op returns."""
+    return drop_none(returned)
 
 
 @dataclass(frozen=True)
