@@ -44,7 +44,11 @@ def _overview() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m polyops", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m polyops",
+        description="The devices, operators and slots of this build, then the parity check "
+        "of every op against float64 references (the parity command prints the full table).",
+    )
     commands = parser.add_subparsers(dest="command")
     parity = commands.add_parser(
         "parity", help="every op x device x slot x dtype against float64 references"

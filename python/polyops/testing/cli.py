@@ -25,6 +25,10 @@ KNOWN_DEVICES = ("cpu", "cuda", "npu")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The parity options (``--device``, ``--op``, ``--dtype``: repeat or comma-separate)."""
+    parser.description = (
+        "Every case of polyops.testing on every device present x slot x dtype against its "
+        "float64 reference. --device, --op and --dtype may be repeated or comma-separated."
+    )
     parser.add_argument(
         "--device", action="append", help="only these devices (default: all present)"
     )

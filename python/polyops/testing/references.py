@@ -583,7 +583,7 @@ def sampling_token_plausible(
     weights = torch.exp(x[order] - x[order[0]])[:top]
     cumulative = torch.cat([torch.zeros(1, dtype=F64), weights.cumsum(0)]).tolist()
     total = cumulative[top]
-    if p >= 1.0:
+    if _f32(p) >= 1.0:
         prefixes = [top]
     else:
         first = [
