@@ -24,28 +24,32 @@ import pytest
 import torch
 
 import polyops
+from polyops.testing.references import FLOAT32_COMPUTE
+from polyops.testing.tensors import (  # noqa: F401 - re-exported to the test files
+    ALL_DTYPES,
+    ARITH_DTYPES,
+    BF16,
+    F16,
+    F32,
+    F64,
+    FLOAT_DTYPES,
+    I8,
+    I16,
+    I32,
+    I64,
+    INT_DTYPES,
+    U8,
+    make_tensor,
+    row_strided,
+    sentinel,
+    step_sliced,
+    transposed,
+)
+from polyops.testing.tensors import dtype_name as dtype_id  # noqa: F401 - ids: 'float16'
 
-F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
-I8, I16, I32, I64, U8 = torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8
-
-# The three dtypes of the float-only ops (rms_norm, silu_and_mul, ...).
-FLOAT_DTYPES = [F16, BF16, F32]
-INT_DTYPES = [I8, I16, I32, I64, U8]
-# add / mul: everything but bool.
-ARITH_DTYPES = [F16, BF16, F32, F64, *INT_DTYPES]
-# cast: the ten dtypes polyops handles.
-ALL_DTYPES = [torch.bool, *ARITH_DTYPES]
-
-# Tolerances against a float64 reference: |actual - expected| <= atol + rtol * |expected|.
-# They cover the final rounding to the dtype (half an ulp: 2**-11 for float16,
-# 2**-8 for bfloat16, 2**-24 for float32) plus float32 accumulation error of
-# the kernels that compute in float32 (rms_norm sums up to ~4096 squares).
-TOLERANCES = {
-    F16: {"rtol": 2e-3, "atol": 1e-5},
-    BF16: {"rtol": 1.6e-2, "atol": 1e-5},
-    F32: {"rtol": 1e-5, "atol": 1e-6},
-    F64: {"rtol": 1e-12, "atol": 1e-12},
-}
+# Tolerances against a float64 reference: |actual - expected| <= atol + rtol * |expected|,
+# the table polyops.testing documents for the ops that compute in float32.
+TOLERANCES = {dtype: tol._asdict() for dtype, tol in FLOAT32_COMPUTE.items()}
 
 # Bits of the same-width signed integer, for ulp distances.
 _BITS_VIEW = {F16: torch.int16, BF16: torch.int16, F32: torch.int32, F64: torch.int64}
@@ -54,11 +58,6 @@ _BITS_VIEW = {F16: torch.int16, BF16: torch.int16, F32: torch.int32, F64: torch.
 def parallel_param(*values, id=None):
     """A pytest.param large enough for the kernels' parallel paths (marked ``parallel``)."""
     return pytest.param(*values, id=id, marks=pytest.mark.parallel)
-
-
-def dtype_id(dtype: torch.dtype) -> str:
-    """Readable pytest ids: 'float16' instead of 'dtype0'."""
-    return str(dtype).removeprefix("torch.")
 
 
 def slot_params(op: str) -> list:
@@ -124,63 +123,6 @@ def assert_equal(actual: torch.Tensor, expected: torch.Tensor, msg: str = ""):
 # Inputs
 
 
-def make_tensor(shape, dtype, gen, *, scale=1.0, low=None, high=None) -> torch.Tensor:
-    """A random contiguous tensor: normal * scale for floats, full range for integers."""
-    shape = tuple(shape)
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=gen, dtype=F64) * scale).to(dtype)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=gen).bool()
-    info = torch.iinfo(dtype)
-    low = info.min if low is None else low
-    high = info.max if high is None else high
-    if dtype == I64 and low == info.min and high == info.max:
-        # randint's exclusive upper bound cannot exceed int64: draw 64 random bits.
-        hi = torch.randint(-(2**31), 2**31, shape, generator=gen, dtype=I64)
-        lo = torch.randint(0, 2**32, shape, generator=gen, dtype=I64)
-        return (hi << 32) | lo
-    return torch.randint(low, high + 1, shape, generator=gen, dtype=I64).to(dtype)
-
-
-def transposed(tensor: torch.Tensor) -> torch.Tensor:
-    """Same shape and values, all strides reversed (column-major storage)."""
-    dims = list(range(tensor.dim()))[::-1]
-    base = torch.empty([tensor.shape[d] for d in dims], dtype=tensor.dtype)
-    view = base.permute(dims)
-    view.copy_(tensor)
-    assert tensor.dim() < 2 or min(tensor.shape) <= 1 or not view.is_contiguous()
-    return view
-
-
-def step_sliced(tensor: torch.Tensor, step: int = 2, fill=None) -> torch.Tensor:
-    """Same shape and values, stored every `step`-th element of a wider buffer (last dim).
-
-    The gaps hold `fill` (default: a sentinel) so that a kernel reading or
-    writing them shows up.
-    """
-    if tensor.dim() == 0:
-        return tensor.clone()
-    shape = list(tensor.shape)
-    wide = shape[:-1] + [shape[-1] * step]
-    base = torch.full(wide, sentinel(tensor.dtype) if fill is None else fill, dtype=tensor.dtype)
-    view = base[..., ::step]
-    view.copy_(tensor)
-    return view
-
-
-def row_strided(tensor: torch.Tensor, extra: int = 3, fill=None) -> torch.Tensor:
-    """Same shape and values, rows padded: a slice ``big[..., :hidden]`` of a wider buffer."""
-    shape = list(tensor.shape)
-    base = torch.full(
-        shape[:-1] + [shape[-1] + extra],
-        sentinel(tensor.dtype) if fill is None else fill,
-        dtype=tensor.dtype,
-    )
-    view = base[..., : shape[-1]]
-    view.copy_(tensor)
-    return view
-
-
 def step_gaps(view: torch.Tensor) -> torch.Tensor:
     """The filler elements between the elements of a :func:`step_sliced` (step 2) view."""
     return view.as_strided((view.numel(),), (2,), view.storage_offset() + 1)
@@ -189,14 +131,6 @@ def step_gaps(view: torch.Tensor) -> torch.Tensor:
 def expanded(tensor: torch.Tensor, shape) -> torch.Tensor:
     """A stride-0 broadcast view of `tensor` with `shape`."""
     return tensor.expand(*shape)
-
-
-def sentinel(dtype: torch.dtype):
-    if dtype == torch.bool:
-        return True
-    if dtype.is_floating_point:
-        return 777.0 if dtype != BF16 else 768.0
-    return 77
 
 
 def empty_like_strided(shape, dtype, kind: str) -> torch.Tensor:

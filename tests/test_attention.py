@@ -1,12 +1,9 @@
-"""flash_attention and paged_attention against float64 references written from the math.
+"""flash_attention and paged_attention against the float64 references of polyops.testing.
 
 The references build the mask explicitly (causal aligned to the end of each
 kv sequence, then the window) and run softmax in float64 on the inputs'
-exact values; they never call torch's fused attention.
-
-Tolerances: an attention output is a convex combination of value rows, so
-its float32 accumulation error scales with max |v| (about 4 here), not with
-the output itself; the absolute part of the tolerance says so.
+exact values; they never call torch's fused attention. Tolerances:
+polyops.testing.references.ATTENTION (atol scaled to max |v|).
 """
 
 from __future__ import annotations
@@ -15,11 +12,16 @@ import math
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, FLOAT_DTYPES, TOLERANCES, dtype_id, parallel_param, slot_params
+from conftest import BF16, F16, F32, FLOAT_DTYPES, dtype_id, parallel_param, slot_params
 
 import polyops
-
-ATOL = {F16: 2e-3, BF16: 1e-2, F32: 2e-5}
+from polyops.testing.references import (
+    ATTENTION,
+    flash_attention_reference,
+    paged_attention_reference,
+)
+from polyops.testing.tensors import cu_seqlens as cu
+from polyops.testing.tensors import paginate
 
 
 def assert_attention_close(actual, expected, dtype, msg=""):
@@ -28,44 +30,23 @@ def assert_attention_close(actual, expected, dtype, msg=""):
     torch.testing.assert_close(
         actual.double(),
         expected,
-        rtol=TOLERANCES[dtype]["rtol"],
-        atol=ATOL[dtype],
+        **ATTENTION[dtype]._asdict(),
         msg=(lambda m: f"{msg}\n{m}") if msg else None,
     )
 
 
-def cu(lengths):
-    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-
-
-def reference(q, k, v, cu_q, cu_kv, *, scale=None, causal=True, window=(-1, -1)):
-    """float64 varlen attention: q [Tq, Hq, D], k/v [Tkv, Hkv, D] (contiguous kv)."""
-    q, k, v = q.double(), k.double(), v.double()
-    heads, head_size = q.shape[1], q.shape[2]
-    group = heads // k.shape[1]
-    scale = 1 / math.sqrt(head_size) if scale is None else scale
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for b in range(len(cu_q) - 1):
-        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_kv[b]), int(cu_kv[b + 1])
-        q_len, kv_len = q1 - q0, k1 - k0
-        if q_len == 0:
-            continue
-        ks = k[k0:k1].repeat_interleave(group, dim=1)
-        vs = v[k0:k1].repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q[q0:q1], ks) * scale
-        pos = torch.arange(q_len)[:, None] + kv_len - q_len
-        j = torch.arange(kv_len)[None, :]
-        visible = torch.ones(q_len, kv_len, dtype=torch.bool)
-        if causal:
-            visible &= j <= pos
-        if window[0] >= 0:
-            visible &= j >= pos - window[0]
-        if window[1] >= 0:
-            visible &= j <= pos + window[1]
-        scores = scores.masked_fill(~visible, -math.inf)
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # no visible key -> zeros
-        out[q0:q1] = torch.einsum("hqk,khd->qhd", probs, vs)
-    return out
+def reference(q, k, v, cu_q, cu_kv, *, window=(-1, -1), **options):
+    """flash_attention_reference over contiguous kv, the window as a (left, right) pair."""
+    return flash_attention_reference(
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_q,
+        cu_seqlens_kv=cu_kv,
+        window_left=window[0],
+        window_right=window[1],
+        **options,
+    )
 
 
 def make_inputs(q_lens, kv_lens, heads, kv_heads, head_size, dtype, gen):
@@ -73,32 +54,6 @@ def make_inputs(q_lens, kv_lens, heads, kv_heads, head_size, dtype, gen):
     k = torch.randn(sum(kv_lens), kv_heads, head_size, generator=gen, dtype=torch.float64)
     v = torch.randn(sum(kv_lens), kv_heads, head_size, generator=gen, dtype=torch.float64)
     return q, k.to(dtype), v.to(dtype), cu(q_lens), cu(kv_lens)
-
-
-def paginate(k, v, kv_lens, block_size, gen, spare_blocks=3):
-    """Scatter contiguous kv into paged caches through a random block table.
-
-    Unused slots (the partially filled last blocks, spare blocks) hold NaN, so
-    a kernel that reads past a sequence's length shows up.
-    """
-    needed = [(n + block_size - 1) // block_size for n in kv_lens]
-    num_blocks = sum(needed) + spare_blocks
-    max_blocks = max(needed) + 1
-    shape = (num_blocks, block_size, *k.shape[1:])
-    k_cache = torch.full(shape, math.nan, dtype=k.dtype)
-    v_cache = torch.full(shape, math.nan, dtype=v.dtype)
-    ids = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    table = torch.full((len(kv_lens), max_blocks), -1, dtype=torch.int32)
-    start, used = 0, 0
-    for b, n in enumerate(kv_lens):
-        table[b, : needed[b]] = ids[used : used + needed[b]]
-        used += needed[b]
-        for j in range(n):
-            block, offset = int(table[b, j // block_size]), j % block_size
-            k_cache[block, offset] = k[start + j]
-            v_cache[block, offset] = v[start + j]
-        start += n
-    return k_cache, v_cache, table
 
 
 FA = "flash_attention"
@@ -382,8 +337,7 @@ def decode_inputs(seq_lens, heads, kv_heads, head_size, block_size, dtype, gen):
     v = torch.randn(total, kv_heads, head_size, generator=gen, dtype=torch.float64).to(dtype)
     k_cache, v_cache, table = paginate(k, v, seq_lens, block_size, gen)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
-    # As flash_attention sees it: one query token per sequence, the last one.
-    expected = reference(q, k, v, cu([1] * len(seq_lens)), cu(seq_lens), causal=False)
+    expected = paged_attention_reference(q, k_cache, v_cache, lens, table)
     return q, k_cache, v_cache, lens, table, expected
 
 

@@ -37,6 +37,12 @@ from conftest import (
 )
 
 import polyops
+from polyops.testing.references import (
+    add_reference,
+    mul_reference,
+    silu_and_mul_reference,
+    swiglu_reference,
+)
 
 SHAPES = [(), (1,), (1, 1), (3, 5, 7), (4096,), (2, 4096), (0,), (3, 0, 5)]
 # > 32768 elements with ragged 512-element blocks: the parallel, blocked path.
@@ -58,35 +64,10 @@ def _shape_id(shape) -> str:
 # References
 
 
-def _wrap(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Exact int64 values reduced modulo 2**bits into `dtype`'s range (two's complement)."""
-    info = torch.iinfo(dtype)
-    modulus = 1 << info.bits
-    return (torch.remainder(values - info.min, modulus) + info.min).to(dtype)
-
-
-def _int64_reference(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """int64 add/mul with wraparound, in Python's unbounded integers."""
-    left = a.reshape(-1).tolist()
-    right = b.expand(a.shape).reshape(-1).tolist()
-    apply = (lambda x, y: x + y) if op == "add" else (lambda x, y: x * y)
-    wrapped = [(apply(x, y) + 2**63) % 2**64 - 2**63 for x, y in zip(left, right, strict=True)]
-    return torch.tensor(wrapped, dtype=I64).reshape(a.shape)
-
-
 def binary_reference(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """input (op) other broadcast to input's shape: floats rounded once from float64."""
-    dtype = a.dtype
-    if dtype == I64:
-        return _int64_reference(op, a, b)
-    if not dtype.is_floating_point:
-        wide = a.long() + b.long() if op == "add" else a.long() * b.long()
-        return _wrap(wide.expand(a.shape), dtype)
-    exact = a.double() + b.double() if op == "add" else a.double() * b.double()
-    # float64 holds the exact product of two values of a <= float32 format, and
-    # their exact sum unless their exponents are > 29 apart (never for float16,
-    # nor for this test data): one rounding then gives the correctly rounded result.
-    return exact.expand(a.shape).to(dtype)
+    """The op's reference rounded once to the dtype (integers: already exact)."""
+    exact = add_reference(a, b) if op == "add" else mul_reference(a, b)
+    return exact.to(a.dtype)
 
 
 def check_binary(op, result, a, b):
@@ -95,20 +76,6 @@ def check_binary(op, result, a, b):
         assert_within_ulp(result, expected, max_ulp=1, msg=f"{op} {a.dtype}")
     else:
         assert_equal(result, expected, msg=f"{op} {a.dtype}")
-
-
-def silu_reference(g: torch.Tensor) -> torch.Tensor:
-    g = g.double()
-    return g / (1.0 + torch.exp(-g))
-
-
-def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
-    d = x.shape[-1] // 2
-    return silu_reference(x[..., :d]) * x[..., d:].double()
-
-
-def swiglu_reference(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    return x.double() * silu_reference(gate)
 
 
 def _operands(dtype, shape, gen):

@@ -13,6 +13,7 @@ import torch
 from conftest import F16, F32, assert_close, assert_equal, make_tensor
 
 import polyops
+from polyops.testing import references as ref
 
 EXPECTED_OPS = sorted(
     [
@@ -65,62 +66,50 @@ def sample_call(op: str, n: int = 8, **kwargs):
     x = torch.linspace(-2.0, 2.0, 3 * n).reshape(3, n)
     w = torch.linspace(0.5, 1.5, n)
     fn = getattr(polyops, op)
-    xd, wd = x.double(), w.double()
-    if op == "add":
-        return fn(x, w, **kwargs), xd + wd
-    if op == "mul":
-        return fn(x, w, **kwargs), xd * wd
+    if op in ("add", "mul"):
+        return fn(x, w, **kwargs), getattr(ref, f"{op}_reference")(x, w)
     if op == "cast":
-        return fn(x, torch.float64, **kwargs), xd
+        return fn(x, torch.float64, **kwargs), ref.cast_reference(x, torch.float64)
     if op == "rms_norm":
-        return fn(x, w, **kwargs), xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + 1e-6) * wd
+        return fn(x, w, **kwargs), ref.rms_norm_reference(x, w)
     if op == "add_rms_norm":
-        s = xd + xd
-        return fn(x, x, w, **kwargs)[0], s / torch.sqrt((s * s).mean(-1, keepdim=True) + 1e-6) * wd
+        return fn(x, x, w, **kwargs)[0], ref.add_rms_norm_reference(x, x, w)[0]
     if op == "silu_and_mul":
-        g, u = xd[:, : n // 2], xd[:, n // 2 :]
-        return fn(x, **kwargs), g / (1 + torch.exp(-g)) * u
+        return fn(x, **kwargs), ref.silu_and_mul_reference(x)
     if op == "swiglu":
-        return fn(x, x, **kwargs), xd * (xd / (1 + torch.exp(-xd)))
+        return fn(x, x, **kwargs), ref.swiglu_reference(x, x)
     if op == "cat":
-        return fn([x, w[None]], 0, **kwargs), torch.cat([xd, wd[None]], 0)
-    if op == "causal_softmax":  # [3, n]: row i sees keys j <= i + n - 3
-        visible = torch.arange(n)[None, :] <= torch.arange(3)[:, None] + (n - 3)
-        e = torch.where(visible, torch.exp(xd - xd.amax(-1, keepdim=True)), 0.0)
-        return fn(x, **kwargs), e / e.sum(-1, keepdim=True)
+        return fn([x, w[None]], 0, **kwargs), ref.cat_reference([x, w[None]], 0)
+    if op == "causal_softmax":
+        return fn(x, **kwargs), ref.causal_softmax_reference(x)
     if op in ("rotary_embedding", "apply_rotary_pos_emb"):  # one neox head of size n
         positions = torch.tensor([2, 0, 1])
         cache = torch.linspace(-1.0, 1.0, 4 * n).reshape(4, n)
         cos, sin = cache[positions, : n // 2], cache[positions, n // 2 :]
-        x1, x2 = xd[:, : n // 2], xd[:, n // 2 :]
-        c, s_ = cos.double(), sin.double()
-        expected = torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1)
+        expected = ref.rotate_reference(x, cos, sin, n, True)
         if op == "rotary_embedding":
             return fn(positions, x.clone(), None, n, cache, **kwargs)[0], expected
         return fn(x.clone(), None, cos.contiguous(), sin.contiguous(), **kwargs)[0], expected
     if op == "reshape_and_cache":  # tokens 0, 1, 2 into slots 3, 0, 1 of 2 blocks of 2
         key_cache, value_cache = torch.zeros(2, 2, 1, n), torch.zeros(2, 2, 1, n)
-        key = x.reshape(3, 1, n)
-        fn(key, key, key_cache, value_cache, torch.tensor([3, 0, 1]), **kwargs)
-        expected = torch.zeros(2, 2, 1, n, dtype=torch.float64)
-        expected[1, 1, 0], expected[0, 0, 0], expected[0, 1, 0] = xd[0], xd[1], xd[2]
+        key, slots = x.reshape(3, 1, n), torch.tensor([3, 0, 1])
+        expected = ref.reshape_and_cache_reference(key, key, key_cache, value_cache, slots)[0]
+        fn(key, key, key_cache, value_cache, slots, **kwargs)
         return key_cache, expected
     if op == "topk_topp_sampling":
         # u = 0 picks each row's largest logit: the last of an increasing row.
         uniform = torch.zeros(3)
         return fn(x, 0, 1.0, uniform=uniform, **kwargs), torch.full((3,), n - 1)
     if op in ("matmul", "gemm"):
-        return fn(x, x.T.contiguous(), **kwargs), xd @ xd.T
+        return fn(x, x.T.contiguous(), **kwargs), ref.matmul_reference(x, x.T)
     if op == "linear":
-        return fn(x, x, **kwargs), xd @ xd.T
+        return fn(x, x, **kwargs), ref.linear_reference(x, x)
     if op in ("flash_attention", "paged_attention"):
         # One head of size n over 3 tokens; key = x / 2, value = x.
-        scores = (xd @ (xd / 2).T) / n**0.5
-        scores = scores.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), -torch.inf)
-        expected = (torch.softmax(scores, -1) @ xd)[:, None, :]
         q, k = x[:, None, :], (x / 2)[:, None, :]
+        cu = torch.tensor([0, 3], dtype=torch.int32)
+        expected = ref.flash_attention_reference(q, k, q, cu_seqlens_q=cu, cu_seqlens_kv=cu)
         if op == "flash_attention":
-            cu = torch.tensor([0, 3], dtype=torch.int32)
             return fn(q, k, q, cu_seqlens_q=cu, cu_seqlens_kv=cu, **kwargs), expected
         # Decode: token b sees the first b + 1 tokens, blocks of one token.
         lens = torch.tensor([1, 2, 3], dtype=torch.int32)

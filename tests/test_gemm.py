@@ -25,8 +25,9 @@ from conftest import (
 )
 
 import polyops
-
-ROUNDING = {F16: 2**-11, BF16: 2**-8, F32: 2**-24}
+from polyops.testing.references import UNIT_ROUNDOFF as ROUNDING
+from polyops.testing.references import gemm_reference, linear_reference
+from polyops.testing.references import matmul_reference as ref_mm
 
 
 def assert_product_close(actual, expected, dtype, k, magnitude):
@@ -52,10 +53,6 @@ def assert_product_close(actual, expected, dtype, k, magnitude):
 def column_major(tensor):
     """Same values, each matrix stored column-major (the batch dim stays outermost)."""
     return tensor.mT.contiguous().mT
-
-
-def ref_mm(a, b):
-    return a.double() @ b.double()
 
 
 def mag_mm(a, b):
@@ -145,9 +142,9 @@ def test_gemm_trans(batch, trans_b, trans_a, dtype, slot, gen):
     out = polyops.gemm(
         a, b, c, alpha=0.5, beta=-2.0, trans_a=trans_a, trans_b=trans_b, implementation_index=slot
     )
+    expected = gemm_reference(a, b, c, alpha=0.5, beta=-2.0, trans_a=trans_a, trans_b=trans_b)
     op_a = a.double().mT if trans_a else a.double()
     op_b = b.double().mT if trans_b else b.double()
-    expected = 0.5 * (op_a @ op_b) - 2.0 * c.double()
     magnitude = 0.5 * (op_a.abs() @ op_b.abs()) + 2.0 * c.double().abs()
     assert_product_close(out, expected, dtype, k, magnitude)
 
@@ -206,7 +203,7 @@ def test_gemm_batched_c_layouts(dtype, slot, gen):
     c = transposed(make_tensor((2, 8, 6), dtype, gen))  # any strides, batch innermost
     out = column_major(torch.zeros(2, 8, 6, dtype=dtype))
     polyops.gemm(a, b, c, alpha=-1.0, beta=0.5, out=out, implementation_index=slot)
-    expected = -(a.double() @ b.double()) + 0.5 * c.double()
+    expected = gemm_reference(a, b, c, alpha=-1.0, beta=0.5)
     assert_product_close(out, expected, dtype, 5, mag_mm(a, b) + 0.5 * c.double().abs())
 
 
@@ -225,9 +222,7 @@ def test_linear(shape, bias, dtype, slot, gen):
     w = make_tensor((7, shape[-1]), dtype, gen)
     b = make_tensor((7,), dtype, gen) if bias else None
     out = polyops.linear(x, w, b, implementation_index=slot)
-    expected = x.double() @ w.double().T
-    if bias:
-        expected = expected + b.double()
+    expected = linear_reference(x, w, b)
     magnitude = mag_mm(x, w.T) + (b.double().abs() if bias else 0)
     assert_product_close(out, expected, dtype, shape[-1], magnitude)
 
@@ -248,7 +243,7 @@ def test_linear_layouts(layout, dtype, slot, gen):
     if layout == "bias_step":
         b = torch.zeros(8, dtype=dtype)[::2].copy_(b)
     out = polyops.linear(x, w, b, implementation_index=slot)
-    expected = x.double() @ w.double().T + b.double()
+    expected = linear_reference(x, w, b)
     assert_product_close(out, expected, dtype, 10, mag_mm(x, w.T) + b.double().abs())
 
 
@@ -256,7 +251,7 @@ def test_linear_out_given(gen):
     x, w = make_tensor((3, 4, 8), F32, gen), make_tensor((5, 8), F32, gen)
     out = torch.empty(3, 4, 5)
     assert polyops.linear(x, w, out=out).data_ptr() == out.data_ptr()
-    assert_product_close(out, x.double() @ w.double().T, F32, 8, mag_mm(x, w.T))
+    assert_product_close(out, linear_reference(x, w), F32, 8, mag_mm(x, w.T))
 
 
 # ---------------------------------------------------------------------------

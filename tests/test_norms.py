@@ -25,24 +25,13 @@ from conftest import (
 )
 
 import polyops
+from polyops.testing.references import add_rms_norm_reference, rms_norm_reference
 
 # (2, 16500): rows longer than the kernels stage whole (16384 floats) take a blocked path.
 NORM_SHAPES = [
     pytest.param(shape, id="x".join(map(str, shape)))
     for shape in [(1, 1), (1, 8), (3, 5, 7), (2, 4096), (0, 64), (64,), (2, 0)]
 ] + [parallel_param((17, 4095), id="17x4095"), parallel_param((2, 16500), id="2x16500")]
-
-
-def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x**2) + eps) * weight over the last dim, in float64."""
-    x = x.double()
-    mean_square = (x * x).mean(dim=-1, keepdim=True)
-    return x / torch.sqrt(mean_square + eps) * weight.double()
-
-
-def add_reference(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """x1 + x2 rounded once to the dtype (the float64 sum of two such values is exact)."""
-    return (x1.double() + x2.double()).to(x1.dtype)
 
 
 def _padding(view: torch.Tensor, hidden: int) -> torch.Tensor:
@@ -208,9 +197,9 @@ def test_rms_norm_device_mismatch():
 
 
 def check_add_rms_norm(y, x, x1, x2, gamma, eps, dtype):
-    x_expected = add_reference(x1, x2)
-    assert_equal(x, x_expected, "x = x1 + x2 rounded to the dtype")
-    assert_close(y, rms_norm_reference(x_expected, gamma, eps), dtype)
+    y_expected, x_expected = add_rms_norm_reference(x1, x2, gamma, eps)
+    assert_equal(x, x_expected.to(dtype), "x = x1 + x2 rounded to the dtype")
+    assert_close(y, y_expected, dtype)
 
 
 @pytest.mark.parametrize("slot", slot_params("add_rms_norm"))

@@ -21,29 +21,8 @@ from conftest import (
 )
 
 import polyops
-
-
-def rotate_reference(x, cos, sin, head_size, neox):
-    """x: [T, H*D] or [T, H, D]; cos/sin: [T, R/2]. float64 result, x's shape."""
-    shape = x.shape
-    x = x.double().reshape(shape[0], shape[1:].numel() // head_size, head_size).clone()
-    cos, sin = cos.double()[:, None, :], sin.double()[:, None, :]
-    half = cos.shape[-1]
-    rotary = 2 * half
-    if neox:
-        i1, i2 = slice(0, half), slice(half, rotary)
-    else:
-        i1, i2 = slice(0, rotary, 2), slice(1, rotary, 2)
-    x1, x2 = x[..., i1].clone(), x[..., i2].clone()
-    x[..., i1] = x1 * cos - x2 * sin
-    x[..., i2] = x2 * cos + x1 * sin
-    return x.reshape(shape)
-
-
-def make_cache(max_pos, rotary_dim, dtype):
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
-    freqs = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
-    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
+from polyops.testing.ops import rope_cache as make_cache
+from polyops.testing.references import rotate_reference
 
 
 def qk(tokens, hq, hkv, head_size, dtype, gen, three_d):

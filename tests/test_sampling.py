@@ -2,16 +2,15 @@
 
 The op is specified down to every float32 rounding (src/base/topk_topp_sampling.h),
 so with `uniform` (or a seed) given the token ids must match exactly. The
-reference below is independent of the C++ code: torch's stable sort for the
-order, torch float32 elementwise ops for the specified exp, and a Python loop
-that rounds every partial sum to float32 (a float64 sum of two float32 values
-rounded once to float32 is the correctly rounded float32 sum, since 53 >= 2*24+2).
+reference (polyops.testing.references.topk_topp_sampling_reference) is
+independent of the C++ code: torch's stable sort for the order, torch float32
+elementwise ops for the specified exp, and a Python loop that rounds every
+partial sum to float32.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 
 import pytest
 import torch
@@ -30,84 +29,17 @@ from conftest import (
 )
 
 import polyops
+from polyops.testing.ops import SAMPLING_FILTERS
+from polyops.testing.references import (
+    ONE_MINUS,
+    sampling_token_plausible,
+    spec_exp,
+    splitmix_uniform,
+)
+from polyops.testing.references import topk_topp_sampling_reference as reference
 
 OP = "topk_topp_sampling"
 SLOTS = slot_params(OP)
-ONE_MINUS = 1.0 - 2.0**-24  # the largest float32 below 1
-
-
-def f32(value: float) -> float:
-    return struct.unpack("f", struct.pack("f", value))[0]
-
-
-def _c(hex_literal: str) -> torch.Tensor:
-    return torch.tensor(float.fromhex(hex_literal), dtype=F32)
-
-
-EXP_L = _c("0x1.715476p+0")
-EXP_C1, EXP_C2 = _c("0x1.63p-1"), _c("-0x1.bd0106p-13")
-EXP_P = [
-    _c(h)
-    for h in ("0x1.a0d2cep-13", "0x1.6e879cp-10", "0x1.11121p-7", "0x1.555382p-5", "0x1.555554p-3")
-] + [_c("0x1.0p-1")]
-
-
-def spec_exp(d: torch.Tensor) -> torch.Tensor:
-    """The header's Exp(d) for float32 d <= 0, one rounded torch float32 op at a time."""
-    assert d.dtype == F32
-    keep = d >= -80
-    d = torch.where(keep, d, torch.zeros_like(d))
-    n = torch.floor(d * EXP_L + _c("0x1p-1"))
-    r = (d - n * EXP_C1) - n * EXP_C2
-    q = EXP_P[0].expand_as(r)
-    for coefficient in EXP_P[1:]:
-        q = q * r + coefficient
-    y = (q * (r * r) + r) + _c("0x1p0")
-    scale = ((n.to(torch.int32) + 127) << 23).view(F32)
-    return torch.where(keep, y * scale, torch.zeros_like(y))
-
-
-def splitmix_uniform(seed: int, row: int) -> float:
-    mask = (1 << 64) - 1
-    z = (seed + (row + 1) * 0x9E3779B97F4A7C15) & mask
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    z ^= z >> 31
-    return (z >> 40) * 2.0**-24
-
-
-def reference_row(x: torch.Tensor, k: int, p: float, u: float) -> int:
-    """The header's algorithm for one row of float32 logits."""
-    vocab = x.numel()
-    order = torch.sort(x, descending=True, stable=True).indices
-    xs = x[order]
-    weights = spec_exp(xs - xs[0])
-    top = vocab if k <= 0 or k >= vocab else k
-    cumulative = [0.0]
-    for weight in weights[:top].tolist():
-        cumulative.append(f32(cumulative[-1] + weight))
-    total = cumulative[top]
-    p = f32(p)
-    prefix = top
-    if p < 1.0:
-        threshold = f32(p * total)
-        prefix = next((j for j in range(1, top + 1) if cumulative[j] >= threshold), top)
-    mass = cumulative[prefix]
-    target = f32(f32(u) * mass)
-    chosen = next(
-        j for j in range(prefix) if cumulative[j + 1] > target or cumulative[j + 1] == mass
-    )
-    return int(order[chosen])
-
-
-def reference(logits, top_k, top_p, uniform) -> torch.Tensor:
-    rows = logits.shape[0]
-    ks = top_k.tolist() if isinstance(top_k, torch.Tensor) else [top_k] * rows
-    ps = top_p.tolist() if isinstance(top_p, torch.Tensor) else [top_p] * rows
-    tokens = [
-        reference_row(logits[b].float(), int(ks[b]), ps[b], float(uniform[b])) for b in range(rows)
-    ]
-    return torch.tensor(tokens, dtype=I64)
 
 
 def make_logits(rows, vocab, dtype, gen, scale=3.0) -> torch.Tensor:
@@ -135,16 +67,7 @@ def test_spec_exp_is_accurate():
 # ---------------------------------------------------------------------------
 # Exact ids against the reference
 
-CASES = {
-    "k_off_p_off": (0, 1.0),
-    "k_negative": (-7, 1.0),
-    "k_only": (5, 1.0),
-    "p_only": (0, 0.9),
-    "both": (20, 0.8),
-    "k_above_v": (10_000, 0.95),
-    "k_one": (1, 0.5),
-    "tiny_p": (0, 1e-30),
-}
+CASES = SAMPLING_FILTERS  # name: (top_k, top_p)
 
 
 @pytest.mark.parametrize("slot", SLOTS)
@@ -438,3 +361,34 @@ def test_wrong_types():
         _call(top_p="0.5")
     # Integer-valued float top_k is accepted and equals the int.
     assert torch.equal(_call(top_k=3.0, seed=9), _call(top_k=3, seed=9))
+
+
+def test_plausibility_rule_for_inexact_devices(gen):
+    # The documented rule for a device that cannot replay the float32 steps:
+    # the token's float64 probability interval must come within eps of u.
+    logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)], dtype=F32)
+    assert [sampling_token_plausible(logits, 0, 1.0, 0.1, t) for t in range(3)] == [
+        True,
+        False,
+        False,
+    ]
+    assert [sampling_token_plausible(logits, 0, 1.0, 0.5, t) for t in range(3)] == [
+        True,
+        True,
+        False,
+    ]
+    assert [sampling_token_plausible(logits, 2, 1.0, 0.99, t) for t in range(3)] == [
+        False,
+        True,
+        False,
+    ]
+    # top_p = 0.8 sits on the boundary of {0, 1}: within eps both prefixes count.
+    assert sampling_token_plausible(logits, 0, 0.8, 0.99, 1)
+    assert sampling_token_plausible(logits, 0, 0.8, 0.99, 2)
+    assert not sampling_token_plausible(logits, 0, 0.7, 0.99, 2)
+    # The exact reference's tokens are always plausible.
+    rows = make_logits(6, 40, F32, gen)
+    uniform = make_uniform(6, gen)
+    tokens = reference(rows, 5, 0.8, uniform)
+    for b in range(6):
+        assert sampling_token_plausible(rows[b], 5, 0.8, float(uniform[b]), int(tokens[b]))

@@ -25,23 +25,14 @@ from conftest import (
 )
 
 import polyops
+from polyops.testing.references import (
+    cat_reference,
+    causal_softmax_reference,
+    reshape_and_cache_reference,
+)
 
 # ---------------------------------------------------------------------------
 # cat
-
-
-def cat_reference(tensors, dim):
-    """The pieces written one after another into slices of a fresh tensor."""
-    ndim = tensors[0].dim()
-    dim = dim % ndim
-    shape = list(tensors[0].shape)
-    shape[dim] = sum(t.shape[dim] for t in tensors)
-    result = torch.empty(shape, dtype=tensors[0].dtype)
-    offset = 0
-    for tensor in tensors:
-        result.narrow(dim, offset, tensor.shape[dim]).copy_(tensor)
-        offset += tensor.shape[dim]
-    return result
 
 
 @pytest.mark.parametrize("slot", slot_params("cat"))
@@ -135,20 +126,6 @@ def test_cat_bad_inputs(gen):
 # causal_softmax
 
 
-def causal_softmax_reference(x: torch.Tensor) -> torch.Tensor:
-    """Masked softmax in float64; fully masked rows are zeros."""
-    q, k = x.shape[-2:]
-    x = x.double()
-    rows = torch.arange(q).unsqueeze(1)
-    cols = torch.arange(k).unsqueeze(0)
-    visible = cols <= rows + (k - q)
-    masked = x.masked_fill(~visible, float("-inf"))
-    shifted = masked - masked.amax(dim=-1, keepdim=True).nan_to_num(neginf=0.0)
-    e = torch.exp(shifted)
-    total = e.sum(dim=-1, keepdim=True)
-    return torch.where(visible, e / torch.where(total == 0, 1.0, total), 0.0)
-
-
 SOFTMAX_SHAPES = [
     pytest.param(shape, id="x".join(map(str, shape)))
     for shape in [(5, 5), (3, 8), (8, 3), (2, 4, 6, 6), (2, 3, 1, 17), (4, 1), (1, 40), (0, 4)]
@@ -235,17 +212,6 @@ def test_causal_softmax_bad_inputs(gen):
 
 # ---------------------------------------------------------------------------
 # reshape_and_cache
-
-
-def reshape_and_cache_reference(key, value, key_cache, value_cache, slots):
-    key_cache, value_cache = key_cache.clone(), value_cache.clone()
-    block_size = key_cache.shape[1]
-    for t, slot in enumerate(slots.tolist()):
-        if slot < 0:
-            continue
-        key_cache[slot // block_size, slot % block_size] = key[t]
-        value_cache[slot // block_size, slot % block_size] = value[t]
-    return key_cache, value_cache
 
 
 def _caches(num_blocks, block_size, heads, head_size, dtype):

@@ -10,6 +10,7 @@ import torch
 from conftest import BF16, F16, F32, TOLERANCES
 
 import polyops
+from polyops.testing.references import rms_norm_reference, silu_and_mul_reference
 
 NUM_THREADS = 8
 CALLS_PER_THREAD = 200
@@ -18,17 +19,6 @@ OPS = ["add", "rms_norm", "add_rms_norm", "silu_and_mul"]
 # 1 MiB, above the size where the bindings release the GIL around the kernel.
 SMALL_SHAPES = [(1, 8), (3, 64), (7, 130), (16, 512)]
 LARGE_SHAPE = (256, 1024)
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    x = x.double()
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w.double()
-
-
-def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    d = x.shape[-1] // 2
-    g = x[..., :d].double()
-    return g / (1 + torch.exp(-g)) * x[..., d:].double()
 
 
 def _check(actual, expected, dtype, exact=False):
@@ -47,12 +37,12 @@ def make_case(op: str, shape, dtype, gen, eps: float):
         return (x, other), {}, lambda r: _check(r, expected, dtype, exact=True)
     w = torch.randn(shape[-1:], generator=gen, dtype=torch.float64).to(dtype)
     if op == "rms_norm":
-        expected = _rms(x, w, eps)
+        expected = rms_norm_reference(x, w, eps)
         return (x, w, eps), {}, lambda r: _check(r, expected, dtype)
     if op == "add_rms_norm":
         x2 = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
         s = (x.double() + x2.double()).to(dtype)
-        expected_y = _rms(s, w, eps)
+        expected_y = rms_norm_reference(s, w, eps)
 
         def check(result):
             y, x_sum = result
@@ -63,7 +53,7 @@ def make_case(op: str, shape, dtype, gen, eps: float):
     if op == "silu_and_mul":
         wide = torch.randn((*shape[:-1], 2 * shape[-1]), generator=gen, dtype=torch.float64)
         wide = wide.to(dtype)
-        expected = _silu_and_mul(wide)
+        expected = silu_and_mul_reference(wide)
         return (wide,), {}, lambda r: _check(r, expected, dtype)
     raise AssertionError(op)
 

@@ -1,0 +1,50 @@
+"""polyops.testing: the cross-device parity harness, shipped so anyone can run it.
+
+For each operator, :data:`OPS` holds an :class:`OpInfo` (after PyTorch's
+OpInfo): the dtypes it supports, case generators (realistic and odd shapes,
+zero-size, strided and in-place forms, GQA / paged / windowed / partial-rotary
+/ varlen variants), an independent float64 reference written from the math
+(:mod:`polyops.testing.references`) and per-dtype tolerances documented next
+to it. :func:`run_parity` runs every case on every device present x slot x
+dtype and returns :class:`Record` s; the test suite (tests/test_parity.py) and
+``python -m polyops parity`` both draw from it. See docs/testing.md.
+
+Example::
+
+    from polyops.testing import run_parity
+    bad = [r for r in run_parity(ops=["rms_norm"]) if r.status != "ok"]
+"""
+
+from __future__ import annotations
+
+from polyops.testing.ops import OPS, Call, Case, Inputs, OpInfo
+from polyops.testing.references import (
+    ATTENTION,
+    EXACT,
+    FLOAT32_COMPUTE,
+    PRODUCT,
+    ROUNDED,
+    UNIT_ROUNDOFF,
+    Tolerance,
+)
+from polyops.testing.runner import Record, compare, run_case, run_parity, targets_of
+
+__all__ = [
+    "ATTENTION",
+    "EXACT",
+    "FLOAT32_COMPUTE",
+    "OPS",
+    "PRODUCT",
+    "ROUNDED",
+    "UNIT_ROUNDOFF",
+    "Call",
+    "Case",
+    "Inputs",
+    "OpInfo",
+    "Record",
+    "Tolerance",
+    "compare",
+    "run_case",
+    "run_parity",
+    "targets_of",
+]
