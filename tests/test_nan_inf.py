@@ -5,9 +5,10 @@ arithmetic: a NaN reaches every output that depends on it, an infinity
 propagates through the formula (so 0 * inf and inf - inf are NaN), except
 that keys hidden by a mask never contribute, whatever they hold.
 
-Each op has its own small reference below, kept separate so that it can be
-folded into a shared reference table. The comparison requires NaNs at the
-same positions and infinities exactly equal; finite values use the usual
+The references are the shared float64 ones of polyops.testing (which the
+parity table also runs with NaN/Inf cases); these tests place the specials
+where they exercise each rule. The comparison requires NaNs at the same
+positions and infinities exactly equal; finite values use the usual
 tolerances.
 """
 
@@ -20,6 +21,13 @@ import torch
 from conftest import BF16, F16, F32, FLOAT_DTYPES, TOLERANCES, dtype_id, slot_params
 
 import polyops
+from polyops.testing.references import (
+    causal_softmax_reference,
+    flash_attention_reference,
+    rms_norm_reference,
+    silu_and_mul_reference,
+    swiglu_reference,
+)
 
 INF, NAN = math.inf, math.nan
 DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]
@@ -48,90 +56,22 @@ def assert_specials_close(actual, expected, dtype, atol=None, msg=""):
 
 
 # ---------------------------------------------------------------------------
-# References (float64, from the math)
-
-
-def silu_reference(x):
-    """silu(x) = x / (1 + exp(-x)): silu(-inf) = -inf / inf = NaN, silu(inf) = inf."""
-    x = x.double()
-    return x / (1 + torch.exp(-x))
-
-
-def silu_and_mul_reference(x):
-    d = x.shape[-1] // 2
-    return silu_reference(x[..., :d]) * x[..., d:].double()
-
-
-def swiglu_reference(input, gate):
-    return input.double() * silu_reference(gate)
-
-
-def rms_norm_reference(x, w, eps):
-    """x / sqrt(mean(x^2) + eps) * w: an infinite x gives inf / inf = NaN at its
-    position and 0 elsewhere in its row."""
-    x, w = x.double(), w.double()
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
-
-
-def causal_softmax_reference(x):
-    """softmax over the visible keys of [..., q, k] (key j visible to row i iff
-    j <= i + k - q) as torch.softmax computes it: exp(s - max) / sum, so a NaN
-    or +inf makes the row NaN and an all -inf row is NaN (0 / 0). Hidden keys
-    are 0 whatever they hold; rows that see nothing are 0."""
-    x = x.double()
-    q, k = x.shape[-2], x.shape[-1]
-    out = torch.zeros_like(x)
-    for i in range(q):
-        visible = i + k - q + 1
-        if visible <= 0:
-            continue
-        s = x[..., i, :visible]
-        m = s.amax(-1, keepdim=True)  # NaN if the row holds one
-        e = torch.exp(s - m)
-        out[..., i, :visible] = e / e.sum(-1, keepdim=True)
-    return out
-
-
-def attention_row_reference(scores, values):
-    """One query row over its visible keys: P = softmax(scores) with P = 0 when
-    every visible score is -inf (or none is visible), as SDPA does; the output
-    sum_j P_j * v_j in IEEE arithmetic, so a weight of 0 times an infinite or NaN
-    value is still NaN. scores [n], values [n, D]."""
-    if scores.numel() == 0 or bool((scores == -INF).all()):
-        p = torch.zeros_like(scores)
-    else:
-        e = torch.exp(scores - scores.amax())  # amax propagates NaN; +inf - inf = NaN
-        p = e / e.sum()
-    # Elementwise, not a matmul: a BLAS may skip zero weights.
-    return (p[:, None] * values).sum(0)
+# References: the shared float64 ones (polyops.testing), which write the NaN/Inf
+# contract out; attention_reference adapts flash_attention_reference's signature.
 
 
 def attention_reference(q, k, v, cu_q, cu_kv, *, causal=True, window=(-1, -1)):
-    """varlen attention, q [Tq, Hq, D], k/v [Tkv, Hkv, D]. Keys outside the causal
-    mask and the window are left out of the sum, not weighted by 0."""
-    q, k, v = q.double(), k.double(), v.double()
-    heads, head_size = q.shape[1], q.shape[2]
-    group = heads // k.shape[1]
-    scale = 1 / math.sqrt(head_size)
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for b in range(len(cu_q) - 1):
-        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_kv[b]), int(cu_kv[b + 1])
-        q_len, kv_len = q1 - q0, k1 - k0
-        for i in range(q_len):
-            pos = i + kv_len - q_len
-            lo, hi = 0, kv_len - 1
-            if causal:
-                hi = min(hi, pos)
-            if window[1] >= 0:
-                hi = min(hi, pos + window[1])
-            if window[0] >= 0:
-                lo = max(lo, pos - window[0])
-            keys = slice(k0 + lo, k0 + max(hi + 1, lo))
-            for h in range(heads):
-                kk, vv = k[keys, h // group], v[keys, h // group]
-                scores = (q[q0 + i, h][None, :] * kk).sum(-1) * scale
-                out[q0 + i, h] = attention_row_reference(scores, vv)
-    return out
+    """varlen attention, q [Tq, Hq, D], k/v [Tkv, Hkv, D]; hidden keys never contribute."""
+    return flash_attention_reference(
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_q,
+        cu_seqlens_kv=cu_kv,
+        causal=causal,
+        window_left=window[0],
+        window_right=window[1],
+    )
 
 
 # ---------------------------------------------------------------------------

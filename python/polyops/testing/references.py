@@ -249,32 +249,46 @@ def swiglu_reference(input: Tensor, gate: Tensor) -> Tensor:
 # causal_softmax: FLOAT32_COMPUTE; attention: ATTENTION
 
 
-def _masked_softmax(scores: Tensor, visible: Tensor) -> Tensor:
-    """softmax over the last dim of the visible entries, written out; rows with none are 0."""
+def _masked_softmax(scores: Tensor, visible: Tensor, *, all_neg_inf_is_zero: bool) -> Tensor:
+    """softmax over the last dim of the visible entries, as torch.softmax computes it:
+    exp(s - max) / sum, so a NaN or +inf visible entry makes the row NaN. A row whose
+    visible entries are all -inf is NaN (0 / 0, torch.softmax; causal_softmax) or, with
+    `all_neg_inf_is_zero`, 0 (SDPA; attention). Rows that see nothing are 0, and hidden
+    entries are 0 whatever they hold (docs/api.md, "NaN and Inf")."""
     if scores.shape[-1] == 0:
         return torch.zeros_like(scores)
     masked = scores.masked_fill(~visible, -math.inf)
-    row_max = masked.amax(dim=-1, keepdim=True)
-    e = torch.exp(masked - torch.where(torch.isfinite(row_max), row_max, 0.0))
+    row_max = masked.amax(dim=-1, keepdim=True)  # NaN if the row holds one
+    if all_neg_inf_is_zero:
+        row_max = torch.where(row_max == -math.inf, 0.0, row_max)
+    e = torch.where(visible, torch.exp(masked - row_max), 0.0)
     total = e.sum(dim=-1, keepdim=True)
-    return torch.where(visible, e / torch.where(total == 0, 1.0, total), 0.0)
+    return torch.where(visible & (total != 0), e / total, 0.0)
 
 
 def causal_softmax_reference(input: Tensor) -> Tensor:
     """Softmax over k of [..., q, k]; key j visible to row i iff j <= i + k - q."""
     q, k = input.shape[-2:]
     visible = torch.arange(k)[None, :] <= torch.arange(q)[:, None] + (k - q)
-    return _masked_softmax(_f64(input), visible)
+    return _masked_softmax(_f64(input), visible, all_neg_inf_is_zero=False)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, scale: float, visible: Tensor) -> Tensor:
     """softmax(q k^T * scale, masked) v for one sequence: q [Lq, Hq, D], k/v [Lk, Hkv, D]
-    (query head h reads kv head h // (Hq / Hkv)), visible [Lq, Lk] bool; float64 [Lq, Hq, D]."""
+    (query head h reads kv head h // (Hq / Hkv)), visible [Lq, Lk] bool; float64 [Lq, Hq, D].
+
+    Hidden keys are left out of the sum, not weighted by 0; a visible key's value
+    reaches the output even at weight 0 (0 * inf = NaN), as in IEEE arithmetic."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    probs = _masked_softmax(scores, visible[None])  # [Hq, Lq, Lk]
-    return torch.einsum("hqk,khd->qhd", probs, v)
+    probs = _masked_softmax(scores, visible[None], all_neg_inf_is_zero=True)  # [Hq, Lq, Lk]
+    if bool(torch.isfinite(v).all()):
+        return torch.einsum("hqk,khd->qhd", probs, v)
+    # Elementwise, not a matrix product (which may skip zero weights or hidden keys'
+    # NaN times 0): only with non-finite values, where it matters.
+    terms = probs[..., None] * v.permute(1, 0, 2)[:, None]  # [Hq, Lq, Lk, D]
+    return torch.where(visible[None, :, :, None], terms, 0.0).sum(dim=2).permute(1, 0, 2)
 
 
 def _gather_paged(cache: Tensor, table_row: Tensor, length: int) -> Tensor:
