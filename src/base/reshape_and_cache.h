@@ -18,8 +18,11 @@ namespace polyops {
 // Two tokens with the same slot: which one lands is unspecified.
 //   key, value:   [T, Hkv, D], float16, bfloat16 or float32, same shape;
 //                 D contiguous, token and head strides free.
-//   key_cache, value_cache: [num_blocks, block_size, Hkv, D], key's dtype,
-//                 contiguous.
+//   key_cache, value_cache: [num_blocks, block_size, Hkv, D], key's dtype;
+//                 any strides with D contiguous: vLLM allocates K and V as
+//                 views into one buffer ([num_blocks, 2, block_size, Hkv,
+//                 D] sliced on dim 1) and may store heads outside tokens
+//                 (HND, a permuted view).
 //   slot_mapping: [T], int32 or int64 (same result), any stride. A slot
 //                 >= num_blocks * block_size is a ValueError naming the
 //                 token: the CPU kernel reads each slot once into a copy,
@@ -56,8 +59,8 @@ class ReshapeAndCache : public OperatorBase {
     CheckSameDtype(kName, "key_cache", key_cache, "key", key);
     CheckSameDtype(kName, "value_cache", value_cache, "key", key);
     CheckSameShape(kName, "value_cache", value_cache, "key_cache", key_cache);
-    CheckContiguous(kName, "key_cache", key_cache);
-    CheckContiguous(kName, "value_cache", value_cache);
+    CheckLastDimContiguous(kName, "key_cache", key_cache);
+    CheckLastDimContiguous(kName, "value_cache", value_cache);
     POLYOPS_CHECK(
         slot_mapping.ndim() == 1 && slot_mapping.size(0) == key.size(0),
         "polyops.reshape_and_cache: slot_mapping must have shape [",
@@ -70,7 +73,12 @@ class ReshapeAndCache : public OperatorBase {
     tokens_ = key.size(0);
     heads_ = key.size(1);
     head_size_ = key.size(2);
-    num_slots_ = key_cache.size(0) * key_cache.size(1);
+    block_size_ = key_cache.size(1);
+    num_slots_ = key_cache.size(0) * block_size_;
+    for (int d = 0; d < 3; ++d) {
+      key_cache_strides_[d] = key_cache.stride(d);
+      value_cache_strides_[d] = value_cache.stride(d);
+    }
     key_strides_[0] = key.stride(0);
     key_strides_[1] = key.stride(1);
     value_strides_[0] = value.stride(0);
@@ -89,11 +97,14 @@ class ReshapeAndCache : public OperatorBase {
   int64_t tokens_ = 0;
   int64_t heads_ = 0;
   int64_t head_size_ = 0;
-  // num_blocks * block_size: slots are indices into the caches viewed as
-  // [num_slots, Hkv, D].
+  int64_t block_size_ = 1;
+  // num_blocks * block_size: slot s is token s % block_size of block
+  // s / block_size.
   int64_t num_slots_ = 0;
-  int64_t key_strides_[2] = {};    // token, head
-  int64_t value_strides_[2] = {};  // token, head
+  int64_t key_cache_strides_[3] = {};    // block, token in block, head
+  int64_t value_cache_strides_[3] = {};  // block, token in block, head
+  int64_t key_strides_[2] = {};          // token, head
+  int64_t value_strides_[2] = {};        // token, head
   int64_t slot_stride_ = 1;
   DataType slot_dtype_ = DataType::kInt64;
   int element_size_ = 4;

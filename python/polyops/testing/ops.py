@@ -41,6 +41,7 @@ from polyops.testing.tensors import (
     I64,
     LAYOUTS,
     U8,
+    combined_kv,
     cu_seqlens,
     dtype_name,
     make_tensor,
@@ -519,6 +520,7 @@ def _reshape_and_cache_cases(dtype: torch.dtype) -> list[Case]:
         pad=False,
         slot_dtype=I64,
         strided=False,
+        kv_order=None,
     ):
         def build(inp: Inputs) -> Call:
             if strided:  # key / value: slices of one fused qkv buffer
@@ -533,6 +535,8 @@ def _reshape_and_cache_cases(dtype: torch.dtype) -> list[Case]:
             shape = (blocks, block_size, heads, head_size)
             key_cache = inp.put(torch.full(shape, sentinel(dtype), dtype=dtype))
             value_cache = inp.put(torch.full(shape, -sentinel(dtype), dtype=dtype))
+            if kv_order:  # vLLM's caches: views into one K/V allocation
+                key_cache, value_cache = combined_kv(key_cache, value_cache, kv_order)
             return Call((key, value, key_cache, value_cache, inp.put(slots.to(slot_dtype))))
 
         return Case(name, build)
@@ -542,6 +546,9 @@ def _reshape_and_cache_cases(dtype: torch.dtype) -> list[Case]:
         case("padding-slot", 9, 2, 8, 4, 4, pad=True),
         case("int32-slots", 5, 1, 16, 3, 2, slot_dtype=I32),
         case("strided-qkv", 6, 4, 8, 3, 4, strided=True, pad=True),
+        case("vllm-nhd-caches", 11, 2, 16, 4, 4, pad=True, kv_order="nhd"),
+        case("vllm-hnd-caches", 11, 2, 16, 4, 4, pad=True, kv_order="hnd"),
+        case("vllm-hnd-1head", 9, 1, 32, 3, 4, kv_order="hnd"),
         case("0-tokens", 0, 2, 8, 2, 4),
         case("llama-64x8x128-b16", 64, 8, 128, 6, 16),
     ]
@@ -659,7 +666,17 @@ def _linear_cases(dtype: torch.dtype) -> list[Case]:
 
 def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
     def case(
-        name, q_lens, kv_lens, heads, kv_heads, head_size, *, paged=0, packed=False, **options
+        name,
+        q_lens,
+        kv_lens,
+        heads,
+        kv_heads,
+        head_size,
+        *,
+        paged=0,
+        packed=False,
+        kv_order=None,
+        **options,
     ):
         def build(inp: Inputs) -> Call:
             tq, tkv = sum(q_lens), sum(kv_lens)
@@ -677,7 +694,10 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
             if paged:
                 k, v, table = paginate(k, v, kv_lens, paged, inp.gen)
                 kwargs["block_table"] = inp.put(table)
-            return Call((q, inp.put(k), inp.put(v)), kwargs)
+            k, v = inp.put(k), inp.put(v)
+            if kv_order:  # vLLM's caches: views into one K/V allocation
+                k, v = combined_kv(k, v, kv_order)
+            return Call((q, k, v), kwargs)
 
         return Case(name, build)
 
@@ -702,13 +722,26 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
         ),
         case("paged-b16", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=16),
         case("paged-b5-window20", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=5, sliding_window=20),
+        case("paged-vllm-nhd", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=16, kv_order="nhd"),
+        case("paged-vllm-hnd", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=16, kv_order="hnd"),
         case("packed-qkv-scale0.3", [3, 50], [3, 50], 4, 2, 64, packed=True, scale=0.3),
         case("d256", [4, 9], [4, 9], 2, 1, 256),
     ]
 
 
 def _paged_attention_cases(dtype: torch.dtype) -> list[Case]:
-    def case(name, seq_lens, heads, kv_heads, head_size, block_size, *, host=False, **options):
+    def case(
+        name,
+        seq_lens,
+        heads,
+        kv_heads,
+        head_size,
+        block_size,
+        *,
+        host=False,
+        kv_order=None,
+        **options,
+    ):
         def build(inp: Inputs) -> Call:
             q = inp.tensor((len(seq_lens), heads, head_size), dtype)
             k, v = (inp.cpu((sum(seq_lens), kv_heads, head_size), dtype) for _ in range(2))
@@ -716,7 +749,10 @@ def _paged_attention_cases(dtype: torch.dtype) -> list[Case]:
             lens = torch.tensor(seq_lens, dtype=I32)
             if host:  # *_host arguments are CPU tensors whatever the device
                 options.update(seq_lens_host=lens.clone(), block_table_host=table.clone())
-            args = (q, inp.put(k_cache), inp.put(v_cache), inp.put(lens), inp.put(table))
+            k_cache, v_cache = inp.put(k_cache), inp.put(v_cache)
+            if kv_order:  # vLLM's caches: views into one K/V allocation
+                k_cache, v_cache = combined_kv(k_cache, v_cache, kv_order)
+            args = (q, k_cache, v_cache, inp.put(lens), inp.put(table))
             return Call(args, dict(options))
 
         return Case(name, build)
@@ -727,6 +763,8 @@ def _paged_attention_cases(dtype: torch.dtype) -> list[Case]:
         case("gqa4-d128", [1, 7, 300, 16], 8, 2, 128, 16),
         case("gqa8-d64-scale0.2", [3, 40, 129], 16, 2, 64, 16, scale=0.2),
         case("zero-length-host-b8", [5, 0, 77], 8, 1, 64, 8, host=True),
+        case("vllm-nhd-caches", [3, 40, 129], 8, 2, 64, 16, kv_order="nhd"),
+        case("vllm-hnd-caches", [3, 40, 129], 8, 2, 64, 16, kv_order="hnd"),
     ]
 
 

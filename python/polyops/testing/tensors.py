@@ -161,3 +161,32 @@ def paginate(
             value_cache[block, offset] = value[start + j]
         start += n
     return key_cache, value_cache, table
+
+
+def combined_kv(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, order: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same caches [num_blocks, block_size, Hkv, D] as vLLM allocates them: views into
+    one buffer, K and V side by side in each block ([num_blocks, 2, ...] sliced on dim 1),
+    with tokens outside heads ("nhd") or heads outside tokens ("hnd", a permuted view).
+    Neither view is contiguous; D stays the unit-stride dim. On the caches' device."""
+    blocks, block_size, heads, head_size = key_cache.shape
+    if order == "nhd":
+        both = torch.empty(
+            (blocks, 2, block_size, heads, head_size),
+            dtype=key_cache.dtype,
+            device=key_cache.device,
+        )
+        key, value = both[:, 0], both[:, 1]
+    elif order == "hnd":
+        both = torch.empty(
+            (blocks, 2, heads, block_size, head_size),
+            dtype=key_cache.dtype,
+            device=key_cache.device,
+        )
+        key, value = both[:, 0].transpose(1, 2), both[:, 1].transpose(1, 2)
+    else:
+        raise ValueError(f"combined_kv: order must be 'nhd' or 'hnd', got {order!r}")
+    key.copy_(key_cache)
+    value.copy_(value_cache)
+    return key, value

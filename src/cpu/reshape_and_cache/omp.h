@@ -53,7 +53,6 @@ class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
                     num_slots_, " slots");
     }
     const int64_t width = element_size_;
-    const int64_t row_bytes = heads_ * head_size_ * width;
     const bool parallel = tokens_ * heads_ * head_size_ >= cpu::kParallelGrain;
     char* key_base = static_cast<char*>(key_cache.data());
     char* value_base = static_cast<char*>(value_cache.data());
@@ -62,22 +61,34 @@ class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
     cpu::ParallelFor(tokens_, parallel, [&](int64_t t) {
       const int64_t slot = checked[t];
       if (slot < 0) return;
+      const int64_t block = slot / block_size_;
+      const int64_t offset = slot % block_size_;
       CopyToken(key_data + t * key_strides_[0] * width, key_strides_[1],
-                key_base + slot * row_bytes);
+                key_base + (block * key_cache_strides_[0] +
+                            offset * key_cache_strides_[1]) *
+                               width,
+                key_cache_strides_[2]);
       CopyToken(value_data + t * value_strides_[0] * width, value_strides_[1],
-                value_base + slot * row_bytes);
+                value_base + (block * value_cache_strides_[0] +
+                              offset * value_cache_strides_[1]) *
+                                 width,
+                value_cache_strides_[2]);
     });
   }
 
-  void CopyToken(const char* src, int64_t head_stride, char* dst) const {
+  // One token's heads; a single copy when both sides pack them (NHD caches).
+  void CopyToken(const char* src, int64_t src_head_stride, char* dst,
+                 int64_t dst_head_stride) const {
     const int64_t width = element_size_;
     const int64_t head_bytes = head_size_ * width;
-    if (head_stride == head_size_ || heads_ == 1) {
+    if (heads_ == 1 ||
+        (src_head_stride == head_size_ && dst_head_stride == head_size_)) {
       std::memcpy(dst, src, static_cast<size_t>(heads_ * head_bytes));
       return;
     }
     for (int64_t h = 0; h < heads_; ++h) {
-      std::memcpy(dst + h * head_bytes, src + h * head_stride * width,
+      std::memcpy(dst + h * dst_head_stride * width,
+                  src + h * src_head_stride * width,
                   static_cast<size_t>(head_bytes));
     }
   }
