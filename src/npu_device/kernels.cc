@@ -269,6 +269,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
 }
 
+// torch resolves negated and conjugated inputs of most ops by cloning them,
+// and a clone copies through _copy_from, which would recurse forever. copy_
+// is exempt in torch; CopyBetweenDevices honours the bits itself, so
+// _copy_from is exempt too.
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu::CpuFallback>());
 }

@@ -288,6 +288,12 @@ struct NpuHooks final : public at::PrivateUse1HooksInterface {
     return DeviceOfPointer(data);
   }
   bool isPinnedPtr(const void* /*data*/) const override { return false; }
+  // Non-blocking device-to-host copies ask for pinned host memory. The
+  // contract has no aclrtMallocHost and every copy is synchronous anyway, so
+  // plain host memory serves.
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return c10::GetAllocator(c10::DeviceType::CPU);
+  }
   void resizePrivateUse1Bytes(const c10::Storage& storage,
                               size_t new_bytes) const override {
     ResizeStorageBytes(storage.unsafeGetStorageImpl(), new_bytes);
