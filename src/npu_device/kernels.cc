@@ -129,11 +129,12 @@ at::Tensor CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst,
               "npu: copies go between npu and cpu tensors only, got ",
               src.device(), " -> ", dst.device());
   if (dst.numel() == 0) return dst;
+  // The runtime copies on the thread's device: make it the npu side's.
+  c10::DeviceGuard guard(dst_on_npu ? dst.device() : src.device());
   if (!dst_on_npu) {
     dst.copy_(HostMirror(src, /*fill=*/true));
     return dst;
   }
-  c10::DeviceGuard guard(dst.device());
   if (SameDenseLayout(src, dst)) {
     // D2D across devices works on the double (one host address space); real
     // CANN would need aclrtDeviceEnablePeerAccess first.
