@@ -281,6 +281,14 @@ def check_cpu_fallback_ops() -> None:
     status = copy_async(target.data_ptr(), nbytes, source.data_ptr(), nbytes, 3, stream.npu_stream)
     assert status == 0
     assert torch.equal((target * 1).cpu(), a)
+    # Where the runtime logs its own calls, the fallback's synchronization comes first.
+    from polyops._cann_double import cann_calls, clear_cann_calls
+
+    clear_cann_calls()
+    x * 1
+    functions = [call["function"] for call in cann_calls()]
+    if "aclrtMemcpy" in functions:
+        assert "aclrtSynchronizeDevice" in functions[: functions.index("aclrtMemcpy")]
 
 
 @_check
@@ -396,6 +404,20 @@ def check_memory_is_freed() -> None:
     del held
     gc.collect()
     assert cann_live_bytes() == baseline
+
+
+@_check
+def check_runtime_errors_are_exceptions() -> None:
+    from polyops import _npu_device
+
+    try:
+        torch.empty(2**60, dtype=torch.uint8, device="npu")  # 1 EiB: aclrtMalloc must fail
+    except torch.OutOfMemoryError as error:
+        assert "aclrtMalloc(1152921504606846976 bytes) on npu:0 failed with aclError" in str(error)
+    else:
+        raise AssertionError("a 1 EiB allocation succeeded")
+    _expect_error(RuntimeError, "fresh process", lambda: _npu_device.init("/elsewhere.so", 2))
+    assert torch.ones(2, device="npu").sum().item() == 2.0  # still usable
 
 
 @_check
