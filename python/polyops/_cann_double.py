@@ -7,7 +7,7 @@ installed, brings up an "npu" torch device (``polyops._npu_device``, a
 PrivateUse1 backend renamed "npu") whose memory comes from the double's
 ``aclrtMalloc``. Call it once, early, in a fresh process::
 
-    from polyops._cann_double import use_cann_double, cann_calls
+    from polyops.testing import use_cann_double, cann_calls
     use_cann_double()
     x = torch.randn(4, device="npu")
 

@@ -9,6 +9,10 @@ to it. :func:`run_parity` runs every case on every device present x slot x
 dtype and returns :class:`Record` s; the test suite (tests/test_parity.py) and
 ``python -m polyops parity`` both draw from it. See docs/testing.md.
 
+:func:`use_cann_double` (in a fresh process, before any NPU use) makes polyops
+load the CANN test double and, without torch_npu, registers a test "npu"
+device; :func:`cann_calls` returns the double's call log (docs/ascend.md).
+
 Example::
 
     from polyops.testing import run_parity
@@ -17,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+from polyops._cann_double import cann_calls, clear_cann_calls, use_cann_double
 from polyops.testing.ops import OPS, Call, Case, Inputs, OpInfo
 from polyops.testing.references import (
     ATTENTION,
@@ -43,8 +48,11 @@ __all__ = [
     "OpInfo",
     "Record",
     "Tolerance",
+    "cann_calls",
+    "clear_cann_calls",
     "compare",
     "run_case",
     "run_parity",
     "targets_of",
+    "use_cann_double",
 ]
