@@ -162,12 +162,12 @@ constexpr uint64_t kAttentionWorkspace = 65536;
 }  // namespace cann_double
 
 // Phase 2 of an op is the shared launcher.
-#define DOUBLE_PHASE2(Name)                                                 \
+#define DOUBLE_PHASE2(Name)                                                   \
   DOUBLE_API aclnnStatus aclnn##Name(void* workspace, uint64_t workspaceSize, \
-                                     aclOpExecutor* executor,               \
-                                     aclrtStream stream) {                  \
-    return cann_double::RunPhase2("aclnn" #Name, workspace, workspaceSize,  \
-                                  executor, stream);                        \
+                                     aclOpExecutor* executor,                 \
+                                     aclrtStream stream) {                    \
+    return cann_double::RunPhase2("aclnn" #Name, workspace, workspaceSize,    \
+                                  executor, stream);                          \
   }
 
 #endif  // POLYOPS_CANN_DOUBLE_KERNELS_H_

@@ -25,7 +25,8 @@ aclnnStatus BinaryGetWorkspaceSize(const char* op, Binary kind,
   OpBuilder b(op, workspace_size, executor);
   const int a = b.In(self, "self");
   const int c = b.In(other, "other");
-  const aclScalar* s = kind == Binary::kAdd ? b.Scalar(alpha, "alpha") : nullptr;
+  const aclScalar* s =
+      kind == Binary::kAdd ? b.Scalar(alpha, "alpha") : nullptr;
   const int o = b.Out(out, "out");
   if (!b.ok()) return b.Launch(0, nullptr);
   const TensorView& va = b.V(a);
@@ -52,7 +53,8 @@ aclnnStatus BinaryGetWorkspaceSize(const char* op, Binary kind,
                 " cannot be converted to " + DtypeName(promoted));
   }
   const bool integral = !IsFloating(promoted) && !IsFloating(vo.dtype);
-  const int64_t alpha_int = s != nullptr ? static_cast<int64_t>(alpha_value) : 1;
+  const int64_t alpha_int =
+      s != nullptr ? static_cast<int64_t>(alpha_value) : 1;
   return b.Launch(kElementwiseWorkspace, [=](const std::vector<TensorView>& v) {
     const auto oa = BroadcastOffsets(v[a], v[o].dims);
     const auto oc = BroadcastOffsets(v[c], v[o].dims);
@@ -256,14 +258,16 @@ std::vector<double> Product(const TensorView& at, const Matrix& a,
   for (size_t p = 0; p < a_base.size(); ++p) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t x = 0; x < k; ++x) {
-        a_row[x] = LoadOperand(at, a_base[p] + i * a.row_stride +
-                                       x * a.col_stride, rounding);
+        a_row[x] = LoadOperand(
+            at, a_base[p] + i * a.row_stride + x * a.col_stride, rounding);
       }
       for (int64_t j = 0; j < n; ++j) {
         double sum = 0;
         for (int64_t x = 0; x < k; ++x) {
-          sum += a_row[x] * LoadOperand(bt, b_base[p] + x * b.row_stride +
-                                                j * b.col_stride, rounding);
+          sum +=
+              a_row[x] *
+              LoadOperand(bt, b_base[p] + x * b.row_stride + j * b.col_stride,
+                          rounding);
         }
         result[(p * m + i) * n + j] = sum;
       }
@@ -317,24 +321,24 @@ aclnnStatus GemmGetWorkspaceSize(const char* op, const aclTensor* bias,
   const Matrix ma = AsMatrix(va, true);
   const Matrix mm = AsMatrix(vm, false);
   Dims batch;
-  b.Check(ma.cols == mm.rows, kParamInvalid,
-          "inner dims differ: " + ShapeText(va.dims) + " @ " +
-              ShapeText(vm.dims));
+  b.Check(
+      ma.cols == mm.rows, kParamInvalid,
+      "inner dims differ: " + ShapeText(va.dims) + " @ " + ShapeText(vm.dims));
   b.Check(BroadcastShape(ma.batch.dims, mm.batch.dims, &batch) &&
               (exact_ndim != 3 || va.dims[0] == vm.dims[0]),
           kParamInvalid, "batch dims do not broadcast");
   Dims expected = batch;
   if (va.Dim() > 1) expected.push_back(ma.rows);
   if (vm.Dim() > 1) expected.push_back(mm.cols);
-  b.Check(vo.dims == expected, kParamInvalid,
-          "out shape " + ShapeText(vo.dims) + " must be " +
-              ShapeText(expected));
+  b.Check(
+      vo.dims == expected, kParamInvalid,
+      "out shape " + ShapeText(vo.dims) + " must be " + ShapeText(expected));
   double beta_value = 0;
   double alpha_value = 1;
   if (has_bias) {
     b.Check(BroadcastsTo(b.V(c).dims, expected), kParamInvalid,
-            "self shape " + ShapeText(b.V(c).dims) +
-                " does not broadcast to " + ShapeText(expected));
+            "self shape " + ShapeText(b.V(c).dims) + " does not broadcast to " +
+                ShapeText(expected));
     beta_value = ScalarValue(s_beta);
     alpha_value = ScalarValue(s_alpha);
   }
@@ -396,7 +400,8 @@ DOUBLE_API aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor* self,
   return b.Launch(kElementwiseWorkspace, [=](const std::vector<TensorView>& v) {
     const auto os = Offsets(v[s]);
     const auto oo = Offsets(v[o]);
-    for (size_t i = 0; i < oo.size(); ++i) CopyElement(v[o], oo[i], v[s], os[i]);
+    for (size_t i = 0; i < oo.size(); ++i)
+      CopyElement(v[o], oo[i], v[s], os[i]);
     return kSuccess;
   });
 }
@@ -416,28 +421,27 @@ DOUBLE_API aclnnStatus aclnnCatGetWorkspaceSize(const aclTensorList* tensors,
   const TensorView& vo = b.V(o);
   const int64_t ndim = b.V(first).Dim();
   const int64_t d = NormalizeDim(dim, ndim);
-  b.Check(d >= 0, kParamInvalid, "dim " + std::to_string(dim) +
-                                     " out of range for ndim " +
-                                     std::to_string(ndim));
+  b.Check(d >= 0, kParamInvalid,
+          "dim " + std::to_string(dim) + " out of range for ndim " +
+              std::to_string(ndim));
   if (!b.ok()) return b.Launch(0, nullptr);
-  Dims expected = b.V(first).dims;
-  expected[d] = 0;
+  Dims reference = b.V(first).dims;  // every input's shape outside dim
+  reference[d] = 0;
+  Dims expected = reference;
   int32_t promoted = b.V(first).dtype;
   for (int i = 0; i < count; ++i) {
     const TensorView& t = b.V(first + i);
     Dims other = t.dims;
     if (t.Dim() == ndim) other[d] = 0;
-    b.Check(t.Dim() == ndim && other == Dims(expected.begin(), expected.end()),
-            kParamInvalid,
+    b.Check(t.Dim() == ndim && other == reference, kParamInvalid,
             "tensors[" + std::to_string(i) + "] shape " + ShapeText(t.dims) +
-                " does not match the others outside dim " +
-                std::to_string(d));
+                " does not match the others outside dim " + std::to_string(d));
     if (t.Dim() == ndim) expected[d] += t.dims[d];
     promoted = PromoteTypes(promoted, t.dtype);
   }
-  b.Check(vo.dims == expected, kParamInvalid,
-          "out shape " + ShapeText(vo.dims) + " must be " +
-              ShapeText(expected));
+  b.Check(
+      vo.dims == expected, kParamInvalid,
+      "out shape " + ShapeText(vo.dims) + " must be " + ShapeText(expected));
   b.Check(CanCast(promoted, vo.dtype), kParamInvalid,
           "inputs' dtype " + DtypeName(promoted) + " cannot be cast to out " +
               DtypeName(vo.dtype));
@@ -528,7 +532,8 @@ DOUBLE_API aclnnStatus aclnnInplaceAddRmsNormGetWorkspaceSize(
 }
 DOUBLE_PHASE2(InplaceAddRmsNorm)
 
-// ---- activations and softmax -------------------------------------------------
+// ---- activations and softmax
+// -------------------------------------------------
 
 DOUBLE_API aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor* x,
                                                    int64_t dim,
@@ -598,7 +603,8 @@ DOUBLE_API aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor* self,
   if (!b.ok()) return b.Launch(0, nullptr);
   CheckFloatIn(b, b.V(s), "self");
   const int64_t d = NormalizeDim(dim, std::max<int64_t>(b.V(s).Dim(), 1));
-  b.Check(d >= 0, kParamInvalid, "dim " + std::to_string(dim) + " out of range");
+  b.Check(d >= 0, kParamInvalid,
+          "dim " + std::to_string(dim) + " out of range");
   b.Check(b.V(o).dims == b.V(s).dims && IsHalfOrFloat(b.V(o).dtype),
           kParamInvalid, "out must have self's shape and a float dtype");
   return b.Launch(kReductionWorkspace, [=](const std::vector<TensorView>& v) {
@@ -702,12 +708,9 @@ DOUBLE_API aclnnStatus aclnnMatmulGetWorkspaceSize(
 }
 DOUBLE_PHASE2(Matmul)
 
-DOUBLE_API aclnnStatus aclnnMmGetWorkspaceSize(const aclTensor* self,
-                                               const aclTensor* mat2,
-                                               aclTensor* out,
-                                               int8_t cubeMathType,
-                                               uint64_t* workspaceSize,
-                                               aclOpExecutor** executor) {
+DOUBLE_API aclnnStatus aclnnMmGetWorkspaceSize(
+    const aclTensor* self, const aclTensor* mat2, aclTensor* out,
+    int8_t cubeMathType, uint64_t* workspaceSize, aclOpExecutor** executor) {
   return GemmGetWorkspaceSize("aclnnMm", nullptr, self, mat2, nullptr, nullptr,
                               out, cubeMathType, 2, workspaceSize, executor);
 }

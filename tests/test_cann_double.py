@@ -1,0 +1,611 @@
+"""The CANN test double (src/cann_double) driven through ctypes.
+
+No torch device is involved: memory comes from the double's aclrtMalloc and
+moves with aclrtMemcpy; descriptors are built with aclCreateTensor; results are
+compared with float64 references written from the math on the CPU.
+
+The libraries are found in $POLYOPS_CANN_DOUBLE_DIR, else next to the
+installed polyops package (polyops/_cann_double), else in this worktree's
+build directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+LIB_NAMES = ("libascendcl.so", "libnnopbase.so", "libopapi.so")
+
+ACL_DTYPES = {
+    torch.float32: 0,
+    torch.float16: 1,
+    torch.int8: 2,
+    torch.int32: 3,
+    torch.uint8: 4,
+    torch.int16: 6,
+    torch.int64: 9,
+    torch.float64: 11,
+    torch.bool: 12,
+    torch.bfloat16: 27,
+}
+H2D, D2H, D2D = 1, 2, 3
+NULLPTR, PARAM_INVALID, TILING, INNER_NULLPTR = 161001, 161002, 561002, 561103
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+FLOATS = [F16, BF16, F32]
+# |actual - expected| <= atol + rtol * |expected| against float64 references.
+TOL = {F16: (2e-3, 2e-3), BF16: (1.6e-2, 1.6e-2), F32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12)}
+
+
+def find_library_dir() -> pathlib.Path | None:
+    candidates = []
+    if os.environ.get("POLYOPS_CANN_DOUBLE_DIR"):
+        candidates.append(pathlib.Path(os.environ["POLYOPS_CANN_DOUBLE_DIR"]))
+    spec = importlib.util.find_spec("polyops")
+    if spec is not None and spec.origin is not None:
+        candidates.append(pathlib.Path(spec.origin).parent / "_cann_double")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    candidates.append(root / "build" / "src" / "cann_double")
+    for directory in candidates:
+        if all((directory / name).is_file() for name in LIB_NAMES):
+            return directory
+    return None
+
+
+def _fn(lib, name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+P, I32, I64, U64, SZ = (
+    ctypes.c_void_p,
+    ctypes.c_int32,
+    ctypes.c_int64,
+    ctypes.c_uint64,
+    ctypes.c_size_t,
+)
+PP = ctypes.POINTER(ctypes.c_void_p)
+PU64 = ctypes.POINTER(ctypes.c_uint64)
+
+# aclnn GetWorkspaceSize argument types (without the trailing ws, executor).
+OP_ARGS = {
+    "aclnnAdd": [P, P, P, P],
+    "aclnnMul": [P, P, P],
+    "aclnnCast": [P, I32, P],
+    "aclnnCat": [P, I64, P],
+    "aclnnRmsNorm": [P, P, ctypes.c_double, P, P],
+    "aclnnAddRmsNorm": [P, P, P, ctypes.c_double, P, P, P],
+    "aclnnInplaceAddRmsNorm": [P, P, P, ctypes.c_double, P],
+    "aclnnSwiGlu": [P, I64, P],
+    "aclnnSilu": [P, P],
+    "aclnnSoftmax": [P, I64, P],
+    "aclnnInplaceMaskedFillScalar": [P, P, P],
+    "aclnnInplaceCopy": [P, P],
+    "aclnnMatmul": [P, P, P, ctypes.c_int8],
+    "aclnnMm": [P, P, P, ctypes.c_int8],
+    "aclnnAddmm": [P, P, P, P, P, P, ctypes.c_int8],
+    "aclnnBaddbmm": [P, P, P, P, P, P, ctypes.c_int8],
+    "aclnnRopeWithSinCosCache": [P, P, P, P, P, I64, ctypes.c_bool, P, P],
+    "aclnnApplyRotaryPosEmbV2": [P, P, P, P, I64, ctypes.c_char_p],
+    "aclnnScatterPaKvCache": [P, P, P, P, P, P, P, P, ctypes.c_char_p, ctypes.c_char_p, P, P],
+    "aclnnApplyTopKTopP": [P, P, P, P],
+    "aclnnFusedInferAttentionScoreV3": [P] * 27
+    + [I64, ctypes.c_double, I64, I64, ctypes.c_char_p, I64, I64, I64, I64, I64, ctypes.c_bool]
+    + [I64, I64, P, P],
+    "aclnnIncreFlashAttentionV4": [P] * 15
+    + [I64, ctypes.c_double, ctypes.c_char_p, I64, I64, I64, P],
+}
+
+
+class DeviceBuffer:
+    """aclrtMalloc memory holding a copy of a (contiguous) torch tensor."""
+
+    def __init__(self, cann: Cann, ptr: int, nbytes: int, dtype: torch.dtype, numel: int):
+        self.cann, self.ptr, self.nbytes, self.dtype, self.numel = cann, ptr, nbytes, dtype, numel
+
+
+class Cann:
+    """ctypes bindings of the double plus helpers that move torch tensors."""
+
+    def __init__(self, directory: pathlib.Path):
+        self.dir = directory
+        # Only libopapi.so is opened by name: nnopbase and ascendcl symbols must
+        # resolve through its DT_NEEDED entries, as vllm-ascend does with CANN.
+        self.op = ctypes.CDLL(str(directory / "libopapi.so"))
+        self.rt = ctypes.CDLL(str(directory / "libascendcl.so"))
+        op, rt = self.op, self.rt
+        self.init = _fn(rt, "aclInit", I32, ctypes.c_char_p)
+        self.set_device = _fn(rt, "aclrtSetDevice", I32, I32)
+        self.get_device = _fn(rt, "aclrtGetDevice", I32, ctypes.POINTER(I32))
+        self._malloc = _fn(rt, "aclrtMalloc", I32, PP, SZ, I32)
+        self.free = _fn(rt, "aclrtFree", I32, P)
+        self.memcpy = _fn(rt, "aclrtMemcpy", I32, P, SZ, P, SZ, I32)
+        self.memcpy_async = _fn(rt, "aclrtMemcpyAsync", I32, P, SZ, P, SZ, I32, P)
+        self.memset = _fn(rt, "aclrtMemset", I32, P, SZ, I32, SZ)
+        self.create_stream = _fn(rt, "aclrtCreateStream", I32, PP)
+        self.destroy_stream = _fn(rt, "aclrtDestroyStream", I32, P)
+        self.sync_stream = _fn(rt, "aclrtSynchronizeStream", I32, P)
+        self.sync_device = _fn(rt, "aclrtSynchronizeDevice", I32)
+        self.get_context = _fn(rt, "aclrtGetCurrentContext", I32, PP)
+        self.set_context = _fn(rt, "aclrtSetCurrentContext", I32, P)
+        self.err_msg = _fn(rt, "aclGetRecentErrMsg", ctypes.c_char_p)
+        self.version = _fn(rt, "aclsysGetVersionStr", I32, ctypes.c_char_p, ctypes.c_char_p)
+        self.call_log_raw = _fn(rt, "polyopsDoubleCallLog", ctypes.c_char_p)
+        self.clear_log = _fn(rt, "polyopsDoubleClearCallLog", None)
+        self.is_device = _fn(rt, "polyopsDoubleIsDevicePointer", ctypes.c_int, P)
+        self.live_bytes = _fn(rt, "polyopsDoubleLiveBytes", SZ)
+        self.pending = _fn(rt, "polyopsDoublePendingWork", SZ)
+        self.create_tensor = _fn(
+            op, "aclCreateTensor", P, ctypes.POINTER(I64), U64, I32, ctypes.POINTER(I64), I64,
+            I32, ctypes.POINTER(I64), U64, P,
+        )  # fmt: skip
+        self.destroy_tensor = _fn(op, "aclDestroyTensor", I32, P)
+        self.create_scalar = _fn(op, "aclCreateScalar", P, P, I32)
+        self.destroy_scalar = _fn(op, "aclDestroyScalar", I32, P)
+        self.create_int_array = _fn(op, "aclCreateIntArray", P, ctypes.POINTER(I64), U64)
+        self.destroy_int_array = _fn(op, "aclDestroyIntArray", I32, P)
+        self.create_tensor_list = _fn(op, "aclCreateTensorList", P, PP, U64)
+        self.destroy_tensor_list = _fn(op, "aclDestroyTensorList", I32, P)
+        self.repeatable = _fn(op, "aclSetAclOpExecutorRepeatable", I32, P)
+        self.destroy_executor = _fn(op, "aclDestroyAclOpExecutor", I32, P)
+        self.set_input_addr = _fn(op, "aclSetInputTensorAddr", I32, P, SZ, P, P)
+        self.set_output_addr = _fn(op, "aclSetOutputTensorAddr", I32, P, SZ, P, P)
+        self.set_tensor_addr = _fn(op, "aclSetTensorAddr", I32, P, SZ, P, P)
+        self.set_dynamic_addr = _fn(op, "aclSetDynamicInputTensorAddr", I32, P, SZ, SZ, P, P)
+        self.set_raw_addr = _fn(op, "aclSetRawTensorAddr", I32, P, P)
+        self.live_executors = _fn(op, "polyopsDoubleLiveExecutors", SZ)
+        self.live_descriptors = _fn(op, "polyopsDoubleLiveDescriptors", SZ)
+        self.phase1 = {}
+        self.phase2 = {}
+        for name, args in OP_ARGS.items():
+            if not hasattr(op, name):
+                continue
+            self.phase1[name] = _fn(op, name + "GetWorkspaceSize", I32, *args, PU64, PP)
+            self.phase2[name] = _fn(op, name, I32, P, U64, P, P)
+        self.init(None)  # 0 or 100002 when another test initialized already
+        assert self.set_device(0) == 0
+        self._owned: list = []
+
+    # --- memory -------------------------------------------------------------
+    def malloc(self, nbytes: int) -> int:
+        p = ctypes.c_void_p()
+        assert self._malloc(ctypes.byref(p), nbytes, 0) == 0, self.error()
+        return p.value
+
+    def error(self) -> str:
+        return (self.err_msg() or b"").decode()
+
+    def call_log(self) -> list[dict]:
+        return json.loads(self.call_log_raw().decode())
+
+    def upload(self, t: torch.Tensor) -> DeviceBuffer:
+        """A device copy of t's elements (contiguous)."""
+        t = t.contiguous()
+        nbytes = max(t.numel() * t.element_size(), 1)
+        ptr = self.malloc(nbytes)
+        if t.numel():
+            assert self.memcpy(ptr, nbytes, t.data_ptr(), t.numel() * t.element_size(), H2D) == 0
+        return DeviceBuffer(self, ptr, nbytes, t.dtype, t.numel())
+
+    def empty(self, numel: int, dtype: torch.dtype) -> DeviceBuffer:
+        nbytes = max(numel * torch.empty(0, dtype=dtype).element_size(), 1)
+        return DeviceBuffer(self, self.malloc(nbytes), nbytes, dtype, numel)
+
+    def download(self, buf: DeviceBuffer) -> torch.Tensor:
+        host = torch.empty(buf.numel, dtype=buf.dtype)
+        if buf.numel:
+            n = buf.numel * host.element_size()
+            assert self.memcpy(host.data_ptr(), n, buf.ptr, n, D2H) == 0, self.error()
+        return host
+
+    # --- descriptors --------------------------------------------------------
+    def tensor(self, buf: DeviceBuffer, shape=None, strides=None, offset=0, dtype=None) -> int:
+        """aclCreateTensor over buf's whole storage (storageDims = [numel])."""
+        dtype = dtype or buf.dtype
+        shape = list(buf_shape(buf) if shape is None else shape)
+        dims = (I64 * max(len(shape), 1))(*shape)
+        st = None if strides is None else (I64 * max(len(strides), 1))(*strides)
+        storage = (I64 * 1)(buf.numel)
+        t = self.create_tensor(
+            dims, len(shape), ACL_DTYPES[dtype], st, offset, 2, storage, 1, buf.ptr
+        )
+        assert t, self.error()
+        return t
+
+    def scalar(self, value, dtype=torch.float32) -> int:
+        host = torch.tensor([value], dtype=dtype)
+        s = self.create_scalar(host.data_ptr(), ACL_DTYPES[dtype])
+        assert s, self.error()
+        return s
+
+    def int_array(self, values) -> int:
+        values = list(values)
+        arr = (I64 * max(len(values), 1))(*values)
+        a = self.create_int_array(arr, len(values))
+        assert a, self.error()
+        return a
+
+    def tensor_list(self, tensors) -> int:
+        arr = (ctypes.c_void_p * len(tensors))(*tensors)
+        lst = self.create_tensor_list(arr, len(tensors))
+        assert lst, self.error()
+        return lst
+
+    # --- ops ----------------------------------------------------------------
+    def phase_one(self, name: str, *args) -> tuple[int, int, int]:
+        ws = ctypes.c_uint64(0)
+        ex = ctypes.c_void_p()
+        status = self.phase1[name](*args, ctypes.byref(ws), ctypes.byref(ex))
+        return status, ws.value, ex.value
+
+    def launch(self, name, ws_size, executor, stream=None, workspace=None) -> int:
+        if workspace is None:
+            workspace = self.malloc(ws_size) if ws_size else None
+        return self.phase2[name](workspace, ws_size, executor, stream)
+
+    def run(self, name: str, *args, stream=None) -> None:
+        """Both phases, then a stream sync; asserts success."""
+        status, ws, ex = self.phase_one(name, *args)
+        assert status == 0, f"{name}GetWorkspaceSize: {status} {self.error()}"
+        assert ws > 0
+        workspace = self.malloc(ws)
+        assert self.phase2[name](workspace, ws, ex, stream) == 0, self.error()
+        assert self.sync_stream(stream) == 0, self.error()
+        self.free(workspace)
+
+    def expect_fail(self, code: int, name: str, *args) -> str:
+        status, _, _ = self.phase_one(name, *args)
+        assert status == code, f"{name}: expected {code}, got {status} ({self.error()})"
+        return self.error()
+
+
+def buf_shape(buf: DeviceBuffer):
+    return [buf.numel]
+
+
+@pytest.fixture(scope="module")
+def cann() -> Cann:
+    directory = find_library_dir()
+    if directory is None:
+        pytest.skip("the CANN double is not built (cmake -DWITH_CANN_DOUBLE=ON; ninja cann_double)")
+    return Cann(directory)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    atol, rtol = TOL.get(dtype, (0, 0))
+    torch.testing.assert_close(
+        actual.to(torch.float64), expected.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True
+    )
+
+
+class Arg:
+    """A torch tensor placed on the device, possibly as a strided view of a larger storage."""
+
+    def __init__(self, cann: Cann, t: torch.Tensor, view: str = "contiguous"):
+        self.cann = cann
+        if view == "transposed" and t.dim() >= 2:
+            # Storage holds t^T contiguous; the descriptor swaps the last two strides.
+            storage = t.transpose(-1, -2).contiguous()
+            self.host = storage.transpose(-1, -2)
+        elif view == "offset":
+            # Rows padded by 3 elements and a leading offset of 5 elements.
+            padded = torch.zeros(*t.shape[:-1], t.shape[-1] + 3, dtype=t.dtype)
+            padded[..., : t.shape[-1]] = t
+            storage = torch.cat([torch.zeros(5, dtype=t.dtype), padded.flatten()])
+            self.host = storage[5:].view(padded.shape)[..., : t.shape[-1]]
+        else:
+            storage = t.contiguous()
+            self.host = storage
+        self.buf = cann.upload(storage.flatten() if view != "offset" else storage)
+        self.offset = self.host.storage_offset()
+        self.desc = cann.tensor(
+            self.buf, list(self.host.shape), list(self.host.stride()), self.offset
+        )
+
+    def result(self) -> torch.Tensor:
+        """The view as the device holds it now (after a sync)."""
+        storage = self.cann.download(self.buf)
+        return storage.as_strided(self.host.shape, self.host.stride(), self.offset)
+
+
+def out_arg(cann: Cann, shape, dtype, view="contiguous") -> Arg:
+    return Arg(cann, torch.full(shape, float("nan")).to(dtype) if dtype.is_floating_point
+               else torch.zeros(shape, dtype=dtype), view)  # fmt: skip
+
+
+VIEWS = ["contiguous", "transposed", "offset"]
+
+
+def rand(shape, dtype, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
+# --- elementwise ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("view", VIEWS)
+def test_add_mul_broadcast(cann, dtype, view):
+    a = rand((4, 6), dtype, seed=1)
+    b = rand((6,), dtype, seed=2)
+    xa, xb = Arg(cann, a, view), Arg(cann, b)
+    out = out_arg(cann, (4, 6), dtype, view)
+    alpha = cann.scalar(0.75)
+    cann.run("aclnnAdd", xa.desc, xb.desc, alpha, out.desc)
+    assert_close(out.result(), a.double() + 0.75 * b.double(), dtype)
+    cann.run("aclnnMul", xa.desc, xb.desc, out.desc)
+    assert_close(out.result(), a.double() * b.double(), dtype)
+
+
+def test_add_integers_and_promotion(cann):
+    a = torch.tensor([[1, -2, 3]], dtype=torch.int64) * (2**40)
+    b = torch.tensor([[5], [7]], dtype=torch.int32)
+    out = out_arg(cann, (2, 3), torch.int64)
+    cann.run(
+        "aclnnAdd", Arg(cann, a).desc, Arg(cann, b).desc, cann.scalar(3, torch.int64), out.desc
+    )
+    assert torch.equal(out.result(), a + 3 * b.to(torch.int64))
+    # float16 + float32 promotes to float32.
+    h, f = rand((3,), F16, seed=3), rand((3,), F32, seed=4)
+    out = out_arg(cann, (3,), F32)
+    cann.run("aclnnAdd", Arg(cann, h).desc, Arg(cann, f).desc, cann.scalar(1.0), out.desc)
+    assert_close(out.result(), h.double() + f.double(), F32)
+    # A fractional alpha cannot be converted to an integer result: 161002.
+    xi = Arg(cann, torch.ones(3, dtype=torch.int32))
+    msg = cann.expect_fail(PARAM_INVALID, "aclnnAdd", xi.desc, xi.desc, cann.scalar(0.5), xi.desc)
+    assert "alpha" in msg
+    # float result into an int output is refused; bad broadcast too.
+    fo = Arg(cann, torch.ones(3, dtype=F32))
+    cann.expect_fail(PARAM_INVALID, "aclnnAdd", fo.desc, fo.desc, cann.scalar(1.0), xi.desc)
+    bad = Arg(cann, torch.ones(4, dtype=F32))
+    cann.expect_fail(PARAM_INVALID, "aclnnMul", fo.desc, bad.desc, fo.desc)
+    cann.expect_fail(NULLPTR, "aclnnMul", None, bad.desc, fo.desc)
+
+
+@pytest.mark.parametrize("src", [F32, F16, BF16, torch.int32, torch.float64])
+@pytest.mark.parametrize("dst", [F32, F16, BF16, torch.int64, torch.bool])
+def test_cast(cann, src, dst):
+    x = (rand((3, 5), torch.float64, scale=40, seed=5)).to(src)
+    out = out_arg(cann, (3, 5), dst)
+    cann.run("aclnnCast", Arg(cann, x, "transposed").desc, ACL_DTYPES[dst], out.desc)
+    expected = x.double()
+    if dst == torch.bool:
+        assert torch.equal(out.result(), x != 0)
+    elif not dst.is_floating_point:
+        assert torch.equal(out.result(), expected.trunc().to(dst))
+    else:
+        assert torch.equal(out.result(), expected.to(dst))  # one rounding, to nearest even
+    cann.expect_fail(PARAM_INVALID, "aclnnCast", Arg(cann, x).desc, 3 if dst != torch.int32 else 0,
+                     out.desc)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat(cann, dtype, dim):
+    parts = [rand((3, 4, 2), dtype, seed=s) for s in range(3)]
+    parts[1] = torch.cat([parts[1]] * 2, dim=dim)  # a different size along dim
+    args = [Arg(cann, p, "offset" if i == 0 else "contiguous") for i, p in enumerate(parts)]
+    expected = torch.cat(parts, dim=dim)
+    out = out_arg(cann, expected.shape, dtype, "offset")
+    cann.run("aclnnCat", cann.tensor_list([a.desc for a in args]), dim, out.desc)
+    assert torch.equal(out.result(), expected)
+    wrong = out_arg(cann, (1, 1, 1), dtype)
+    lst = cann.tensor_list([Arg(cann, p).desc for p in parts])
+    cann.expect_fail(PARAM_INVALID, "aclnnCat", lst, dim, wrong.desc)
+    cann.expect_fail(PARAM_INVALID, "aclnnCat", lst, 3, out.desc)
+
+
+# --- norms -----------------------------------------------------------------------
+
+
+def rms_reference(x, gamma, eps, k):
+    x = x.double()
+    dims = tuple(range(x.dim() - k, x.dim()))
+    rstd = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps)
+    return x * rstd * gamma.double(), rstd
+
+
+@pytest.mark.parametrize(
+    "dtype,gdtype", [(F16, F16), (BF16, BF16), (F32, F32), (F16, F32), (BF16, F32)]
+)
+@pytest.mark.parametrize("view", ["contiguous", "offset"])
+def test_rms_norm(cann, dtype, gdtype, view):
+    x = rand((2, 3, 16), dtype, seed=6)
+    gamma = rand((16,), gdtype, seed=7) + 1
+    y = out_arg(cann, x.shape, dtype, view)
+    rstd = out_arg(cann, (2, 3, 1), F32)
+    cann.run(
+        "aclnnRmsNorm", Arg(cann, x, view).desc, Arg(cann, gamma).desc, 1e-6, y.desc, rstd.desc
+    )
+    ey, er = rms_reference(x, gamma, 1e-6, 1)
+    assert_close(y.result(), ey, dtype)
+    assert_close(rstd.result(), er, F32)
+    # Two normalized dims: gamma (3, 16), rstd (2, 1, 1).
+    gamma2 = rand((3, 16), gdtype, seed=8)
+    rstd2 = out_arg(cann, (2, 1, 1), F32)
+    cann.run("aclnnRmsNorm", Arg(cann, x).desc, Arg(cann, gamma2).desc, 1e-5, y.desc, rstd2.desc)
+    ey, er = rms_reference(x, gamma2, 1e-5, 2)
+    assert_close(y.result(), ey, dtype)
+    assert_close(rstd2.result(), er, F32)
+
+
+def test_rms_norm_rstd_is_mandatory_fp32_with_x_ndim(cann):
+    x = Arg(cann, rand((2, 3, 8), F16))
+    g = Arg(cann, rand((8,), F16))
+    y = out_arg(cann, (2, 3, 8), F16)
+    for shape, dtype in [((2, 3), F32), ((2, 3, 1), F16), ((6, 1), F32)]:
+        bad = out_arg(cann, shape, dtype)
+        assert "rstdOut" in cann.expect_fail(PARAM_INVALID, "aclnnRmsNorm", x.desc, g.desc, 1e-6,
+                                             y.desc, bad.desc)  # fmt: skip
+    cann.expect_fail(NULLPTR, "aclnnRmsNorm", x.desc, g.desc, 1e-6, y.desc, None)
+    g32 = Arg(cann, rand((8,), F32))
+    x32 = Arg(cann, rand((2, 3, 8), F32))
+    y32 = out_arg(cann, (2, 3, 8), F32)
+    rstd = out_arg(cann, (2, 3, 1), F32)
+    cann.run("aclnnRmsNorm", x32.desc, g32.desc, 1e-6, y32.desc, rstd.desc)
+    # float32 x with a float16 gamma is not a supported pair.
+    g16 = Arg(cann, rand((8,), F16))
+    cann.expect_fail(PARAM_INVALID, "aclnnRmsNorm", x32.desc, g16.desc, 1e-6, y32.desc, rstd.desc)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_add_rms_norm_and_inplace(cann, dtype):
+    x1, x2 = rand((5, 32), dtype, seed=9), rand((5, 32), dtype, seed=10)
+    gamma = rand((32,), dtype, seed=11)
+    s = (x1.double() + x2.double()).to(dtype)  # the residual, rounded as stored
+    ey, er = rms_reference(s, gamma, 1e-6, 1)
+    y, rstd, xo = (
+        out_arg(cann, (5, 32), dtype),
+        out_arg(cann, (5, 1), F32),
+        out_arg(cann, (5, 32), dtype),
+    )
+    a1, a2, g = Arg(cann, x1), Arg(cann, x2, "offset"), Arg(cann, gamma)
+    cann.run("aclnnAddRmsNorm", a1.desc, a2.desc, g.desc, 1e-6, y.desc, rstd.desc, xo.desc)
+    assert torch.equal(xo.result(), s)
+    assert_close(y.result(), ey, dtype)
+    assert_close(rstd.result(), er, F32)
+    # In place: x1 <- normalized, x2 <- residual sum (vLLM fused_add_rms_norm).
+    cann.run("aclnnInplaceAddRmsNorm", a1.desc, a2.desc, g.desc, 1e-6, rstd.desc)
+    assert_close(a1.result(), ey, dtype)
+    assert torch.equal(a2.result(), s)
+
+
+# --- activations, softmax, masked fill, copy ---------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("view", ["contiguous", "offset"])
+def test_swiglu_silu(cann, dtype, view):
+    x = rand((3, 2, 16), dtype, scale=2, seed=12)
+    out = out_arg(cann, (3, 2, 8), dtype, view)
+    cann.run("aclnnSwiGlu", Arg(cann, x, view).desc, -1, out.desc)
+    xd = x.double()
+    assert_close(out.result(), torch.nn.functional.silu(xd[..., :8]) * xd[..., 8:], dtype)
+    out0 = out_arg(cann, (3, 1, 16), dtype)
+    cann.run("aclnnSwiGlu", Arg(cann, x).desc, 1, out0.desc)
+    assert_close(out0.result(), torch.nn.functional.silu(xd[:, :1]) * xd[:, 1:], dtype)
+    odd = Arg(cann, rand((3, 5), dtype))
+    cann.expect_fail(PARAM_INVALID, "aclnnSwiGlu", odd.desc, -1, out.desc)
+    so = out_arg(cann, x.shape, dtype, view)
+    cann.run("aclnnSilu", Arg(cann, x, view).desc, so.desc)
+    assert_close(so.result(), torch.nn.functional.silu(xd), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax(cann, dtype, dim):
+    x = rand((4, 7), dtype, scale=3, seed=13)
+    out = out_arg(cann, (4, 7), dtype, "transposed")
+    cann.run("aclnnSoftmax", Arg(cann, x, "offset").desc, dim, out.desc)
+    assert_close(out.result(), torch.softmax(x.double(), dim), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_causal_softmax_sequence(cann, dtype):
+    """IO's causal_softmax: copy, masked fill with -inf (end-aligned), softmax."""
+    seq, total = 3, 5
+    x = rand((2, seq, total), dtype, seed=14)
+    work = out_arg(cann, x.shape, dtype)
+    cann.run("aclnnInplaceCopy", work.desc, Arg(cann, x, "offset").desc)
+    i = torch.arange(seq)[:, None]
+    j = torch.arange(total)[None, :]
+    mask = j > total - seq + i
+    cann.run("aclnnInplaceMaskedFillScalar", work.desc, Arg(cann, mask).desc,
+             cann.scalar(float("-inf")))  # fmt: skip
+    out = out_arg(cann, x.shape, dtype)
+    cann.run("aclnnSoftmax", work.desc, -1, out.desc)
+    expected = torch.softmax(x.double().masked_fill(mask, float("-inf")), -1)
+    assert_close(out.result(), expected, dtype)
+    int_mask = Arg(cann, mask.to(torch.int8))
+    cann.expect_fail(PARAM_INVALID, "aclnnInplaceMaskedFillScalar", work.desc, int_mask.desc,
+                     cann.scalar(0.0))  # fmt: skip
+
+
+def test_inplace_copy_casts_and_broadcasts(cann):
+    dst = out_arg(cann, (3, 4), F16, "transposed")
+    src = rand((4,), F32, seed=15)
+    cann.run("aclnnInplaceCopy", dst.desc, Arg(cann, src).desc)
+    assert torch.equal(dst.result(), src.to(F16).expand(3, 4))
+
+
+# --- matrix products ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("va,vb", [("contiguous", "contiguous"), ("transposed", "offset"),
+                                   ("offset", "transposed")])  # fmt: skip
+def test_mm_matmul(cann, dtype, va, vb):
+    a, b = rand((5, 12), dtype, seed=16), rand((12, 7), dtype, seed=17)
+    out = out_arg(cann, (5, 7), dtype)
+    expected = a.double() @ b.double()
+    tol = dtype if dtype != F32 else torch.float64
+    for op in ("aclnnMm", "aclnnMatmul"):
+        cann.run(op, Arg(cann, a, va).desc, Arg(cann, b, vb).desc, out.desc, 0)
+        assert_close(out.result(), expected, dtype if dtype != F32 else F32)
+    del tol
+    # Batched matmul with batch broadcasting and a 1-D operand.
+    x, w = rand((2, 3, 4, 6), dtype, seed=18), rand((3, 6, 5), dtype, seed=19)
+    out = out_arg(cann, (2, 3, 4, 5), dtype)
+    cann.run("aclnnMatmul", Arg(cann, x).desc, Arg(cann, w, "transposed").desc, out.desc, 0)
+    assert_close(out.result(), x.double() @ w.double(), dtype)
+    v = rand((6,), dtype, seed=20)
+    out = out_arg(cann, (2, 3, 4), dtype)
+    cann.run("aclnnMatmul", Arg(cann, x).desc, Arg(cann, v).desc, out.desc, 0)
+    assert_close(out.result(), x.double() @ v.double(), dtype)
+    bad = Arg(cann, rand((5, 5), dtype))
+    cann.expect_fail(PARAM_INVALID, "aclnnMm", bad.desc, Arg(cann, b).desc, out.desc, 0)
+
+
+def test_matmul_cube_math_type(cann):
+    # Mantissas with more than 10 significant bits: HF32 (cubeMathType 1) rounds them.
+    a = torch.full((2, 2), 1 + 2**-12, dtype=F32)
+    b = torch.eye(2, dtype=F32)
+    out = out_arg(cann, (2, 2), F32)
+    cann.run("aclnnMm", Arg(cann, a).desc, Arg(cann, b).desc, out.desc, 0)
+    assert torch.equal(out.result(), a)  # KEEP_DTYPE is fp32-exact
+    cann.run("aclnnMm", Arg(cann, a).desc, Arg(cann, b).desc, out.desc, 1)
+    assert torch.equal(out.result(), torch.ones(2, 2))
+    bf = Arg(cann, a.to(BF16))
+    bout = out_arg(cann, (2, 2), BF16)
+    cann.expect_fail(PARAM_INVALID, "aclnnMm", bf.desc, bf.desc, bout.desc, 2)
+    cann.expect_fail(PARAM_INVALID, "aclnnMm", bf.desc, bf.desc, bout.desc, 7)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_addmm_baddbmm(cann, dtype):
+    bias, m1, m2 = (
+        rand((7,), dtype, seed=21),
+        rand((5, 9), dtype, seed=22),
+        rand((9, 7), dtype, seed=23),
+    )
+    out = out_arg(cann, (5, 7), dtype)
+    beta, alpha = cann.scalar(0.5), cann.scalar(2.0)
+    cann.run("aclnnAddmm", Arg(cann, bias).desc, Arg(cann, m1, "transposed").desc,
+             Arg(cann, m2).desc, beta, alpha, out.desc, 0)  # fmt: skip
+    assert_close(out.result(), 0.5 * bias.double() + 2.0 * (m1.double() @ m2.double()), dtype)
+    b3, b1, b2 = (
+        rand((3, 1, 4), dtype, seed=24),
+        rand((3, 2, 6), dtype, seed=25),
+        rand((3, 6, 4), dtype, seed=26),
+    )
+    out = out_arg(cann, (3, 2, 4), dtype)
+    cann.run("aclnnBaddbmm", Arg(cann, b3).desc, Arg(cann, b1).desc, Arg(cann, b2, "transposed").desc,
+             cann.scalar(-1.0), cann.scalar(0.25), out.desc, 0)  # fmt: skip
+    assert_close(out.result(), -b3.double() + 0.25 * (b1.double() @ b2.double()), dtype)
+    # beta = 0 ignores self, even NaN.
+    nan_bias = Arg(cann, torch.full((5, 7), float("nan"), dtype=dtype))
+    out = out_arg(cann, (5, 7), dtype)
+    cann.run("aclnnAddmm", nan_bias.desc, Arg(cann, m1).desc, Arg(cann, m2).desc, cann.scalar(0.0),
+             cann.scalar(1.0), out.desc, 0)  # fmt: skip
+    assert_close(out.result(), m1.double() @ m2.double(), dtype)
