@@ -609,3 +609,397 @@ def test_addmm_baddbmm(cann, dtype):
     cann.run("aclnnAddmm", nan_bias.desc, Arg(cann, m1).desc, Arg(cann, m2).desc, cann.scalar(0.0),
              cann.scalar(1.0), out.desc, 0)  # fmt: skip
     assert_close(out.result(), m1.double() @ m2.double(), dtype)
+
+
+# --- RoPE ---------------------------------------------------------------------------
+
+
+def rope_reference(positions, x, cache, head_size, neox):
+    tokens = x.shape[0]
+    xd = x.double().view(tokens, -1, head_size)
+    rot = cache.shape[1]
+    c = cache.double()[positions]
+    cos, sin = c[:, None, : rot // 2], c[:, None, rot // 2 :]
+    r = xd[..., :rot]
+    if neox:
+        x1, x2 = r[..., : rot // 2], r[..., rot // 2 :]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    else:
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).flatten(-2)
+    return torch.cat([out, xd[..., rot:]], -1).view(tokens, -1)
+
+
+@pytest.mark.parametrize("dtype,head,rot", [(F16, 64, 32), (BF16, 64, 64), (F32, 48, 16)])
+@pytest.mark.parametrize("neox", [True, False])
+def test_rope_with_sin_cos_cache(cann, dtype, head, rot, neox):
+    tokens, nq, nk, max_pos = 5, 4, 2, 16
+    positions = torch.tensor([3, 0, 15, 7, 7])
+    q, k = rand((tokens, nq * head), dtype, seed=30), rand((tokens, nk * head), dtype, seed=31)
+    cache = rand((max_pos, rot), dtype, seed=32)
+    qo, ko = out_arg(cann, q.shape, dtype, "offset"), out_arg(cann, k.shape, dtype)
+    cann.run("aclnnRopeWithSinCosCache", Arg(cann, positions).desc, Arg(cann, q, "offset").desc,
+             Arg(cann, k).desc, Arg(cann, cache).desc, None, head, neox, qo.desc, ko.desc)  # fmt: skip
+    assert_close(qo.result(), rope_reference(positions, q, cache, head, neox), dtype)
+    assert_close(ko.result(), rope_reference(positions, k, cache, head, neox), dtype)
+
+
+def test_rope_with_sin_cos_cache_validation(cann):
+    pos = Arg(cann, torch.zeros(2, dtype=torch.int64))
+    q = Arg(cann, rand((2, 96), F16))
+    cache = Arg(cann, rand((4, 48), F16))
+    out = out_arg(cann, (2, 96), F16)
+    # 48 is not a multiple of 32 for float16.
+    msg = cann.expect_fail(PARAM_INVALID, "aclnnRopeWithSinCosCache", pos.desc, q.desc, q.desc,
+                           cache.desc, None, 48, True, out.desc, out.desc)  # fmt: skip
+    assert "multiples of 32" in msg
+    q3 = Arg(cann, rand((2, 3, 32), F16))
+    c32 = Arg(cann, rand((4, 32), F16))
+    cann.expect_fail(PARAM_INVALID, "aclnnRopeWithSinCosCache", pos.desc, q3.desc, q3.desc, c32.desc,
+                     None, 32, True, out.desc, out.desc)  # fmt: skip
+    # A position past the cache is a run-time fault reported by the sync.
+    bad_pos = Arg(cann, torch.tensor([0, 9]))
+    q64 = Arg(cann, rand((2, 64), F16))
+    out64 = out_arg(cann, (2, 64), F16)
+    status, ws, ex = cann.phase_one("aclnnRopeWithSinCosCache", bad_pos.desc, q64.desc, q64.desc,
+                                    c32.desc, None, 32, True, out64.desc, out64.desc)  # fmt: skip
+    assert status == 0
+    assert cann.launch("aclnnRopeWithSinCosCache", ws, ex) == 0
+    assert cann.sync_stream(None) == 507899
+    assert "position 9" in cann.error()
+
+
+def rotate_reference(x, cos, sin, mode):
+    x, cos, sin = x.double(), cos.double(), sin.double()
+    if mode == "half":
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    else:
+        rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
+    return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_apply_rotary_pos_emb_v2(cann, dtype, mode):
+    tokens, d = 3, 128
+    q, k = rand((tokens, 4, d), dtype, seed=33), rand((tokens, 2, d), dtype, seed=34)
+    cos, sin = rand((tokens, 1, d), dtype, seed=35), rand((tokens, 1, d), dtype, seed=36)
+    aq, ak = Arg(cann, q), Arg(cann, k, "offset")
+    cann.run("aclnnApplyRotaryPosEmbV2", aq.desc, ak.desc, Arg(cann, cos).desc,
+             Arg(cann, sin).desc, 4, mode.encode())  # fmt: skip
+    assert_close(aq.result(), rotate_reference(q, cos, sin, mode), dtype)
+    assert_close(ak.result(), rotate_reference(k, cos, sin, mode), dtype)
+    # BSND (layout 1) with cos [B, S, 1, D].
+    q4 = rand((2, 3, 4, d), dtype, seed=37)
+    c4, s4 = rand((2, 3, 1, d), dtype, seed=38), rand((2, 3, 1, d), dtype, seed=39)
+    a4 = Arg(cann, q4)
+    cann.run("aclnnApplyRotaryPosEmbV2", a4.desc, a4.desc, Arg(cann, c4).desc, Arg(cann, s4).desc,
+             1, mode.encode())  # fmt: skip
+    # query and key alias here: rotated twice.
+    twice = rotate_reference(rotate_reference(q4, c4, s4, mode).to(dtype), c4, s4, mode)
+    assert_close(a4.result(), twice, dtype)
+
+
+def test_apply_rotary_pos_emb_v2_validation(cann):
+    q = Arg(cann, rand((3, 2, 64), F16))
+    c = Arg(cann, rand((3, 1, 64), F16))
+    assert "128" in cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc,
+                                     c.desc, c.desc, 4, b"half")  # fmt: skip
+    q = Arg(cann, rand((3, 2, 128), F16))
+    c = Arg(cann, rand((3, 1, 128), F16))
+    cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 4,
+                     b"quarter")  # fmt: skip
+    cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 1,
+                     b"half")  # fmt: skip
+
+
+# --- KV cache --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, torch.int8])
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_scatter_pa_kv_cache(cann, dtype, slot_dtype):
+    blocks, block_size, nkv, d, dv = 3, 4, 2, 16, 8
+    key = (rand((5, nkv, d), torch.float64, scale=20, seed=40)).to(dtype)
+    value = (rand((5, nkv, dv), torch.float64, scale=20, seed=41)).to(dtype)
+    slots = torch.tensor([0, 5, -1, 11, 6], dtype=slot_dtype)
+    kc = Arg(cann, torch.zeros(blocks, block_size, nkv, d, dtype=dtype))
+    vc = Arg(cann, torch.zeros(blocks, block_size, nkv, dv, dtype=dtype))
+    strides, offsets = cann.int_array([1, 1]), cann.int_array([0, 0])
+    cann.run("aclnnScatterPaKvCache", Arg(cann, key).desc, kc.desc, Arg(cann, slots).desc,
+             Arg(cann, value).desc, vc.desc, None, None, None, b"Norm", b"None", strides,
+             offsets)  # fmt: skip
+    ek = torch.zeros(blocks * block_size, nkv, d, dtype=dtype)
+    ev = torch.zeros(blocks * block_size, nkv, dv, dtype=dtype)
+    for t, s in enumerate(slots.tolist()):
+        if s >= 0:
+            ek[s], ev[s] = key[t], value[t]
+    assert torch.equal(kc.result(), ek.view(blocks, block_size, nkv, d))
+    assert torch.equal(vc.result(), ev.view(blocks, block_size, nkv, dv))
+
+
+def test_scatter_pa_kv_cache_validation(cann):
+    key32 = Arg(cann, rand((2, 1, 16), F32))
+    kc32 = Arg(cann, torch.zeros(2, 2, 1, 16))
+    slots = Arg(cann, torch.tensor([0, 1], dtype=torch.int32))
+    args = (None, None, None, b"Norm", b"None", None, None)
+    msg = cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", key32.desc, kc32.desc,
+                           slots.desc, key32.desc, kc32.desc, *args)  # fmt: skip
+    assert "FLOAT16" in msg
+    key = Arg(cann, rand((2, 1, 16), F16), "offset")  # padded rows: not contiguous
+    kc = Arg(cann, torch.zeros(2, 2, 1, 16, dtype=F16))
+    assert "contiguous" in cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", key.desc,
+                                            kc.desc, slots.desc, key.desc, kc.desc, *args)  # fmt: skip
+    # 8.3.RC1.alpha003 modes are refused; an out-of-range slot faults at the sync.
+    good = Arg(cann, rand((2, 1, 16), F16))
+    cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", good.desc, kc.desc, slots.desc,
+                     good.desc, kc.desc, None, None, None, b"PA_NZ", b"None", None, None)  # fmt: skip
+    far = Arg(cann, torch.tensor([0, 4], dtype=torch.int32))
+    status, ws, ex = cann.phase_one("aclnnScatterPaKvCache", good.desc, kc.desc, far.desc,
+                                    good.desc, kc.desc, *args)  # fmt: skip
+    assert status == 0 and cann.launch("aclnnScatterPaKvCache", ws, ex) == 0
+    assert cann.sync_device() == 507899
+    assert "slotMapping[1] = 4" in cann.error()
+
+
+# --- sampling ------------------------------------------------------------------------------
+
+
+def top_k_top_p_reference(logits, p, k):
+    """vLLM's apply_top_k_top_p in float64 (ascending sort, p before k in the aclnn call)."""
+    x = logits.double()
+    vocab = x.shape[1]
+    order = torch.sort(x, dim=-1, stable=True).indices
+    xs = x.gather(1, order)
+    if k is not None:
+        kk = k.long().clone()
+        kk[(kk <= 0) | (kk >= vocab)] = vocab
+        threshold = xs.gather(1, (vocab - kk)[:, None])
+        xs = xs.masked_fill(xs < threshold, float("-inf"))
+    if p is not None:
+        probs = xs.softmax(-1).cumsum(-1)
+        mask = probs <= 1 - p.double()[:, None]
+        mask[:, -1] = False
+        xs = xs.masked_fill(mask, float("-inf"))
+    return torch.empty_like(xs).scatter_(1, order, xs)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("which", ["both", "p", "k"])
+def test_apply_top_k_top_p(cann, dtype, which):
+    rows, vocab = 4, 50
+    logits = torch.randperm(rows * vocab, generator=torch.Generator().manual_seed(42))
+    logits = (logits.double().view(rows, vocab) / 40).to(dtype)  # distinct values
+    p = torch.tensor([0.9, 0.5, 1.0, 0.2], dtype=dtype) if which != "k" else None
+    k = torch.tensor([5, 0, 50, 20], dtype=torch.int32) if which != "p" else None
+    out = out_arg(cann, (rows, vocab), dtype)
+    cann.run("aclnnApplyTopKTopP", Arg(cann, logits).desc, Arg(cann, p).desc if p is not None else None,
+             Arg(cann, k).desc if k is not None else None, out.desc)  # fmt: skip
+    expected = top_k_top_p_reference(logits, p, k)
+    assert torch.equal(out.result().isinf(), expected.isinf())
+    assert_close(out.result(), expected, dtype)
+
+
+def test_apply_top_k_top_p_validation(cann):
+    logits = Arg(cann, rand((2, 8), F16))
+    p32 = Arg(cann, torch.tensor([0.5, 0.5]))  # float32 p with float16 logits
+    k64 = Arg(cann, torch.tensor([1, 2]))  # int64 k
+    out = out_arg(cann, (2, 8), F16)
+    cann.expect_fail(PARAM_INVALID, "aclnnApplyTopKTopP", logits.desc, p32.desc, None, out.desc)
+    cann.expect_fail(PARAM_INVALID, "aclnnApplyTopKTopP", logits.desc, None, k64.desc, out.desc)
+    cann.expect_fail(NULLPTR, "aclnnApplyTopKTopP", logits.desc, None, None, out.desc)
+
+
+# --- attention --------------------------------------------------------------------------
+
+
+def attention_reference(q, k, v, q_lens, kv_lens, scale, mode=0, pre=0, nxt=0):
+    """Per request: q [Sq, N, D], k/v [Skv, Nkv, D]; bottom-right aligned masks.
+
+    sparseMode 4 (band): query i sees keys [diag - pre, diag + nxt] with diag = i + Skv - Sq.
+    Returns the output [T, N, Dv] and the log-sum-exp [T, N, 1] (-inf for a query that sees no
+    key, whose output is 0).
+    """
+    outs, lses = [], []
+    q_start = kv_start = 0
+    for sq, skv in zip(q_lens, kv_lens):
+        qr = q[q_start : q_start + sq].double()
+        kr = k[kv_start : kv_start + skv].double()
+        vr = v[kv_start : kv_start + skv].double()
+        q_start, kv_start = q_start + sq, kv_start + skv
+        group = qr.shape[1] // kr.shape[1]
+        kr, vr = kr.repeat_interleave(group, 1), vr.repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", qr, kr) * scale
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(skv)[None, :]
+        diag = i + skv - sq
+        visible = torch.ones(sq, skv, dtype=torch.bool)
+        if mode == 3:
+            visible = j <= diag
+        elif mode == 4:
+            visible = (j >= diag - pre) & (j <= diag + nxt)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        lse = torch.logsumexp(scores, -1)  # [h, q]
+        probs = torch.nan_to_num(torch.exp(scores - lse[..., None]), nan=0.0)
+        outs.append(torch.einsum("hqk,khd->qhd", probs, vr))
+        lses.append(lse.transpose(0, 1)[..., None])
+    return torch.cat(outs), torch.cat(lses)
+
+
+@pytest.fixture(scope="module")
+def causal_mask(cann):
+    return Arg(cann, torch.ones(2048, 2048, dtype=torch.bool).triu(1))
+
+
+def fia(cann, q, key_desc, value_desc, mask, q_ends, kv_values, heads, kv_heads, scale, pre,
+        nxt, mode, block_table=None, block_size=0, out=None, lse=None):  # fmt: skip
+    """aclnnFusedInferAttentionScoreV3 phase 1 with TND and the unused optionals NULL."""
+    args = [q, cann.tensor_list([key_desc]), cann.tensor_list([value_desc]), None, mask,
+            cann.int_array(q_ends), cann.int_array(kv_values)] + [None] * 7  # fmt: skip
+    args += [block_table] + [None] * 12
+    args += [heads, scale, pre, nxt, b"TND", kv_heads, mode, 0, block_size, 0, lse is not None]
+    args += [0, 0, out, lse]
+    return cann.phase_one("aclnnFusedInferAttentionScoreV3", *args)
+
+
+def launch_and_sync(cann, name, status_ws_ex):
+    status, ws, ex = status_ws_ex
+    assert status == 0, cann.error()
+    assert cann.launch(name, ws, ex) == 0, cann.error()
+    assert cann.sync_stream(None) == 0, cann.error()
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("mode,pre,nxt", [(0, 0, 0), (3, 0, 0), (4, 2, 0), (4, 1, 1)])
+def test_fia_v3_tnd(cann, causal_mask, dtype, mode, pre, nxt):
+    heads, kv_heads, d = 4, 2, 16
+    q_lens, kv_lens = [3, 1, 4], [5, 2, 4]
+    q = rand((sum(q_lens), heads, d), dtype, seed=50)
+    k = rand((sum(kv_lens), kv_heads, d), dtype, seed=51)
+    v = rand((sum(kv_lens), kv_heads, d), dtype, seed=52)
+    out = out_arg(cann, q.shape, dtype)
+    lse = out_arg(cann, (sum(q_lens), heads, 1), F32)
+    q_ends = torch.tensor(q_lens).cumsum(0).tolist()
+    kv_ends = torch.tensor(kv_lens).cumsum(0).tolist()
+    scale = d**-0.5
+    result = fia(cann, Arg(cann, q).desc, Arg(cann, k).desc, Arg(cann, v).desc,
+                 causal_mask.desc if mode else None, q_ends, kv_ends, heads, kv_heads, scale, pre,
+                 nxt, mode, out=out.desc, lse=lse.desc)  # fmt: skip
+    launch_and_sync(cann, "aclnnFusedInferAttentionScoreV3", result)
+    eo, el = attention_reference(q, k, v, q_lens, kv_lens, scale, mode, pre, nxt)
+    assert_close(out.result(), eo, dtype)
+    assert_close(lse.result(), el, F32 if dtype == F16 else BF16)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("cache_layout", ["BSH", "BNSD"])
+def test_fia_v3_paged(cann, causal_mask, dtype, cache_layout):
+    heads, kv_heads, d, block_size, blocks = 4, 1, 16, 4, 8
+    q_lens, kv_lens = [2, 3], [7, 3]
+    k = rand((sum(kv_lens), kv_heads, d), dtype, seed=53)
+    v = rand((sum(kv_lens), kv_heads, d), dtype, seed=54)
+    q = rand((sum(q_lens), heads, d), dtype, seed=55)
+    # Request 0 in blocks 5, 2; request 1 in block 6.
+    table = torch.tensor([[5, 2], [6, 0]], dtype=torch.int32)
+    kc = torch.zeros(blocks, block_size, kv_heads, d, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    start = 0
+    for r, n in enumerate(kv_lens):
+        for j in range(n):
+            kc[table[r, j // block_size], j % block_size] = k[start + j]
+            vc[table[r, j // block_size], j % block_size] = v[start + j]
+        start += n
+    if cache_layout == "BSH":
+        kc, vc = kc.view(blocks, block_size, kv_heads * d), vc.view(blocks, block_size, kv_heads * d)
+    else:
+        kc, vc = kc.transpose(1, 2).contiguous(), vc.transpose(1, 2).contiguous()
+    out = out_arg(cann, q.shape, dtype)
+    scale = 0.3
+    result = fia(cann, Arg(cann, q).desc, Arg(cann, kc).desc, Arg(cann, vc).desc, causal_mask.desc,
+                 torch.tensor(q_lens).cumsum(0).tolist(), kv_lens, heads, kv_heads, scale, 0, 0, 3,
+                 Arg(cann, table).desc, block_size, out.desc)  # fmt: skip
+    launch_and_sync(cann, "aclnnFusedInferAttentionScoreV3", result)
+    eo, _ = attention_reference(q, k, v, q_lens, kv_lens, scale, 3)
+    assert_close(out.result(), eo, dtype)
+
+
+def test_fia_v3_bookkeeping_errors(cann, causal_mask):
+    heads, d = 2, 16
+    q = Arg(cann, rand((4, heads, d), F16))
+    k = Arg(cann, rand((6, heads, d), F16))
+    out = out_arg(cann, (4, heads, d), F16)
+    common = (heads, heads, 0.25, 0, 0)
+    # Sum of query lengths != T, kv lengths count != batch: 561002 (trap 7).
+    st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 3], [2, 6], *common, 0, out=out.desc)
+    assert st == TILING, cann.error()
+    st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [6], *common, 0, out=out.desc)
+    assert st == TILING, cann.error()
+    # numHeads % numKeyValueHeads != 0; sparseMode 3 without the mask; softmaxLse missing.
+    st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [2, 6], heads, 3, 0.25, 0, 0, 0,
+                   out=out.desc)  # fmt: skip
+    assert st == PARAM_INVALID
+    st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [2, 6], *common, 3, out=out.desc)
+    assert st == PARAM_INVALID
+    # Paged: block table rows != batch.
+    cache = Arg(cann, rand((3, 4, heads * d), F16))
+    table = Arg(cann, torch.zeros(3, 2, dtype=torch.int32))
+    st, _, _ = fia(cann, q.desc, cache.desc, cache.desc, None, [1, 4], [2, 6], *common, 0,
+                   block_table=table.desc, block_size=4, out=out.desc)  # fmt: skip
+    assert st == TILING, cann.error()
+    # A mask that is not triu(1) faults when the op runs.
+    wrong = Arg(cann, torch.zeros(2048, 2048, dtype=torch.bool))
+    st, ws, ex = fia(cann, q.desc, k.desc, k.desc, wrong.desc, [1, 4], [2, 6], *common, 3,
+                     out=out.desc)  # fmt: skip
+    assert st == 0 and cann.launch("aclnnFusedInferAttentionScoreV3", ws, ex) == 0
+    assert cann.sync_stream(None) == 507899
+    assert "triu" in cann.error()
+
+
+def ifa(cann, q, key_desc, value_desc, lens, table, heads, kv_heads, scale, layout, block_size,
+        out):  # fmt: skip
+    args = [q, cann.tensor_list([key_desc]), cann.tensor_list([value_desc]), None, None,
+            cann.int_array(lens) if lens is not None else None] + [None] * 7  # fmt: skip
+    args += [table, None, heads, scale, layout, kv_heads, block_size, 0, out]
+    return cann.phase_one("aclnnIncreFlashAttentionV4", *args)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_ifa_v4_paged_decode(cann, dtype):
+    batch, heads, kv_heads, d, block_size, blocks = 3, 4, 2, 16, 2, 6
+    lens = [3, 1, 4]
+    k = rand((sum(lens), kv_heads, d), dtype, seed=60)
+    v = rand((sum(lens), kv_heads, d), dtype, seed=61)
+    q = rand((batch, 1, heads * d), dtype, seed=62)
+    table = torch.tensor([[4, 1], [0, 0], [2, 5]], dtype=torch.int32)
+    kc = torch.zeros(blocks, block_size, kv_heads, d, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    start = 0
+    for r, n in enumerate(lens):
+        for j in range(n):
+            kc[table[r, j // block_size], j % block_size] = k[start + j]
+            vc[table[r, j // block_size], j % block_size] = v[start + j]
+        start += n
+    flat = (blocks, block_size, kv_heads * d)
+    out = out_arg(cann, q.shape, dtype)
+    result = ifa(cann, Arg(cann, q).desc, Arg(cann, kc.view(flat)).desc,
+                 Arg(cann, vc.view(flat)).desc, lens, Arg(cann, table).desc, heads, kv_heads, 0.5,
+                 b"BSH", block_size, out.desc)  # fmt: skip
+    launch_and_sync(cann, "aclnnIncreFlashAttentionV4", result)
+    eo, _ = attention_reference(q.view(batch, heads, d), k, v, [1] * batch, lens, 0.5)
+    assert_close(out.result(), eo.reshape(q.shape), dtype)
+
+
+def test_ifa_v4_contiguous_bnsd(cann):
+    batch, heads, d, seq = 2, 2, 16, 5
+    q = rand((batch, heads, 1, d), F16, seed=63)
+    k, v = rand((batch, heads, seq, d), F16, seed=64), rand((batch, heads, seq, d), F16, seed=65)
+    out = out_arg(cann, q.shape, F16)
+    result = ifa(cann, Arg(cann, q).desc, Arg(cann, k).desc, Arg(cann, v).desc, [5, 3], None,
+                 heads, heads, 0.25, b"BNSD", 0, out.desc)  # fmt: skip
+    launch_and_sync(cann, "aclnnIncreFlashAttentionV4", result)
+    kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # [B, S, N, D]
+    keys = torch.cat([kt[0, :5], kt[1, :3]])
+    values = torch.cat([vt[0, :5], vt[1, :3]])
+    eo, _ = attention_reference(q.view(batch, heads, d), keys, values, [1, 1], [5, 3], 0.25)
+    assert_close(out.result(), eo.view(batch, heads, 1, d), F16)
