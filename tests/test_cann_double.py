@@ -146,9 +146,19 @@ class Cann:
         self.live_bytes = _fn(rt, "polyopsDoubleLiveBytes", SZ)
         self.pending = _fn(rt, "polyopsDoublePendingWork", SZ)
         self.create_tensor = _fn(
-            op, "aclCreateTensor", P, ctypes.POINTER(I64), U64, I32, ctypes.POINTER(I64), I64,
-            I32, ctypes.POINTER(I64), U64, P,
-        )  # fmt: skip
+            op,
+            "aclCreateTensor",
+            P,
+            ctypes.POINTER(I64),
+            U64,
+            I32,
+            ctypes.POINTER(I64),
+            I64,
+            I32,
+            ctypes.POINTER(I64),
+            U64,
+            P,
+        )
         self.destroy_tensor = _fn(op, "aclDestroyTensor", I32, P)
         self.create_scalar = _fn(op, "aclCreateScalar", P, P, I32)
         self.destroy_scalar = _fn(op, "aclDestroyScalar", I32, P)
@@ -319,8 +329,13 @@ class Arg:
 
 
 def out_arg(cann: Cann, shape, dtype, view="contiguous") -> Arg:
-    return Arg(cann, torch.full(shape, float("nan")).to(dtype) if dtype.is_floating_point
-               else torch.zeros(shape, dtype=dtype), view)  # fmt: skip
+    return Arg(
+        cann,
+        torch.full(shape, float("nan")).to(dtype)
+        if dtype.is_floating_point
+        else torch.zeros(shape, dtype=dtype),
+        view,
+    )
 
 
 VIEWS = ["contiguous", "transposed", "offset"]
@@ -386,8 +401,9 @@ def test_cast(cann, src, dst):
         assert torch.equal(out.result(), expected.trunc().to(dst))
     else:
         assert torch.equal(out.result(), expected.to(dst))  # one rounding, to nearest even
-    cann.expect_fail(PARAM_INVALID, "aclnnCast", Arg(cann, x).desc, 3 if dst != torch.int32 else 0,
-                     out.desc)  # fmt: skip
+    cann.expect_fail(
+        PARAM_INVALID, "aclnnCast", Arg(cann, x).desc, 3 if dst != torch.int32 else 0, out.desc
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -446,8 +462,9 @@ def test_rms_norm_rstd_is_mandatory_fp32_with_x_ndim(cann):
     y = out_arg(cann, (2, 3, 8), F16)
     for shape, dtype in [((2, 3), F32), ((2, 3, 1), F16), ((6, 1), F32)]:
         bad = out_arg(cann, shape, dtype)
-        assert "rstdOut" in cann.expect_fail(PARAM_INVALID, "aclnnRmsNorm", x.desc, g.desc, 1e-6,
-                                             y.desc, bad.desc)  # fmt: skip
+        assert "rstdOut" in cann.expect_fail(
+            PARAM_INVALID, "aclnnRmsNorm", x.desc, g.desc, 1e-6, y.desc, bad.desc
+        )
     cann.expect_fail(NULLPTR, "aclnnRmsNorm", x.desc, g.desc, 1e-6, y.desc, None)
     g32 = Arg(cann, rand((8,), F32))
     x32 = Arg(cann, rand((2, 3, 8), F32))
@@ -521,15 +538,17 @@ def test_causal_softmax_sequence(cann, dtype):
     i = torch.arange(seq)[:, None]
     j = torch.arange(total)[None, :]
     mask = j > total - seq + i
-    cann.run("aclnnInplaceMaskedFillScalar", work.desc, Arg(cann, mask).desc,
-             cann.scalar(float("-inf")))  # fmt: skip
+    cann.run(
+        "aclnnInplaceMaskedFillScalar", work.desc, Arg(cann, mask).desc, cann.scalar(float("-inf"))
+    )
     out = out_arg(cann, x.shape, dtype)
     cann.run("aclnnSoftmax", work.desc, -1, out.desc)
     expected = torch.softmax(x.double().masked_fill(mask, float("-inf")), -1)
     assert_close(out.result(), expected, dtype)
     int_mask = Arg(cann, mask.to(torch.int8))
-    cann.expect_fail(PARAM_INVALID, "aclnnInplaceMaskedFillScalar", work.desc, int_mask.desc,
-                     cann.scalar(0.0))  # fmt: skip
+    cann.expect_fail(
+        PARAM_INVALID, "aclnnInplaceMaskedFillScalar", work.desc, int_mask.desc, cann.scalar(0.0)
+    )
 
 
 def test_inplace_copy_casts_and_broadcasts(cann):
@@ -543,8 +562,9 @@ def test_inplace_copy_casts_and_broadcasts(cann):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("va,vb", [("contiguous", "contiguous"), ("transposed", "offset"),
-                                   ("offset", "transposed")])  # fmt: skip
+@pytest.mark.parametrize(
+    "va,vb", [("contiguous", "contiguous"), ("transposed", "offset"), ("offset", "transposed")]
+)
 def test_mm_matmul(cann, dtype, va, vb):
     a, b = rand((5, 12), dtype, seed=16), rand((12, 7), dtype, seed=17)
     out = out_arg(cann, (5, 7), dtype)
@@ -591,8 +611,16 @@ def test_addmm_baddbmm(cann, dtype):
     )
     out = out_arg(cann, (5, 7), dtype)
     beta, alpha = cann.scalar(0.5), cann.scalar(2.0)
-    cann.run("aclnnAddmm", Arg(cann, bias).desc, Arg(cann, m1, "transposed").desc,
-             Arg(cann, m2).desc, beta, alpha, out.desc, 0)  # fmt: skip
+    cann.run(
+        "aclnnAddmm",
+        Arg(cann, bias).desc,
+        Arg(cann, m1, "transposed").desc,
+        Arg(cann, m2).desc,
+        beta,
+        alpha,
+        out.desc,
+        0,
+    )
     assert_close(out.result(), 0.5 * bias.double() + 2.0 * (m1.double() @ m2.double()), dtype)
     b3, b1, b2 = (
         rand((3, 1, 4), dtype, seed=24),
@@ -600,14 +628,30 @@ def test_addmm_baddbmm(cann, dtype):
         rand((3, 6, 4), dtype, seed=26),
     )
     out = out_arg(cann, (3, 2, 4), dtype)
-    cann.run("aclnnBaddbmm", Arg(cann, b3).desc, Arg(cann, b1).desc, Arg(cann, b2, "transposed").desc,
-             cann.scalar(-1.0), cann.scalar(0.25), out.desc, 0)  # fmt: skip
+    cann.run(
+        "aclnnBaddbmm",
+        Arg(cann, b3).desc,
+        Arg(cann, b1).desc,
+        Arg(cann, b2, "transposed").desc,
+        cann.scalar(-1.0),
+        cann.scalar(0.25),
+        out.desc,
+        0,
+    )
     assert_close(out.result(), -b3.double() + 0.25 * (b1.double() @ b2.double()), dtype)
     # beta = 0 ignores self, even NaN.
     nan_bias = Arg(cann, torch.full((5, 7), float("nan"), dtype=dtype))
     out = out_arg(cann, (5, 7), dtype)
-    cann.run("aclnnAddmm", nan_bias.desc, Arg(cann, m1).desc, Arg(cann, m2).desc, cann.scalar(0.0),
-             cann.scalar(1.0), out.desc, 0)  # fmt: skip
+    cann.run(
+        "aclnnAddmm",
+        nan_bias.desc,
+        Arg(cann, m1).desc,
+        Arg(cann, m2).desc,
+        cann.scalar(0.0),
+        cann.scalar(1.0),
+        out.desc,
+        0,
+    )
     assert_close(out.result(), m1.double() @ m2.double(), dtype)
 
 
@@ -638,8 +682,18 @@ def test_rope_with_sin_cos_cache(cann, dtype, head, rot, neox):
     q, k = rand((tokens, nq * head), dtype, seed=30), rand((tokens, nk * head), dtype, seed=31)
     cache = rand((max_pos, rot), dtype, seed=32)
     qo, ko = out_arg(cann, q.shape, dtype, "offset"), out_arg(cann, k.shape, dtype)
-    cann.run("aclnnRopeWithSinCosCache", Arg(cann, positions).desc, Arg(cann, q, "offset").desc,
-             Arg(cann, k).desc, Arg(cann, cache).desc, None, head, neox, qo.desc, ko.desc)  # fmt: skip
+    cann.run(
+        "aclnnRopeWithSinCosCache",
+        Arg(cann, positions).desc,
+        Arg(cann, q, "offset").desc,
+        Arg(cann, k).desc,
+        Arg(cann, cache).desc,
+        None,
+        head,
+        neox,
+        qo.desc,
+        ko.desc,
+    )
     assert_close(qo.result(), rope_reference(positions, q, cache, head, neox), dtype)
     assert_close(ko.result(), rope_reference(positions, k, cache, head, neox), dtype)
 
@@ -650,19 +704,51 @@ def test_rope_with_sin_cos_cache_validation(cann):
     cache = Arg(cann, rand((4, 48), F16))
     out = out_arg(cann, (2, 96), F16)
     # 48 is not a multiple of 32 for float16.
-    msg = cann.expect_fail(PARAM_INVALID, "aclnnRopeWithSinCosCache", pos.desc, q.desc, q.desc,
-                           cache.desc, None, 48, True, out.desc, out.desc)  # fmt: skip
+    msg = cann.expect_fail(
+        PARAM_INVALID,
+        "aclnnRopeWithSinCosCache",
+        pos.desc,
+        q.desc,
+        q.desc,
+        cache.desc,
+        None,
+        48,
+        True,
+        out.desc,
+        out.desc,
+    )
     assert "multiples of 32" in msg
     q3 = Arg(cann, rand((2, 3, 32), F16))
     c32 = Arg(cann, rand((4, 32), F16))
-    cann.expect_fail(PARAM_INVALID, "aclnnRopeWithSinCosCache", pos.desc, q3.desc, q3.desc, c32.desc,
-                     None, 32, True, out.desc, out.desc)  # fmt: skip
+    cann.expect_fail(
+        PARAM_INVALID,
+        "aclnnRopeWithSinCosCache",
+        pos.desc,
+        q3.desc,
+        q3.desc,
+        c32.desc,
+        None,
+        32,
+        True,
+        out.desc,
+        out.desc,
+    )
     # A position past the cache is a run-time fault reported by the sync.
     bad_pos = Arg(cann, torch.tensor([0, 9]))
     q64 = Arg(cann, rand((2, 64), F16))
     out64 = out_arg(cann, (2, 64), F16)
-    status, ws, ex = cann.phase_one("aclnnRopeWithSinCosCache", bad_pos.desc, q64.desc, q64.desc,
-                                    c32.desc, None, 32, True, out64.desc, out64.desc)  # fmt: skip
+    status, ws, ex = cann.phase_one(
+        "aclnnRopeWithSinCosCache",
+        bad_pos.desc,
+        q64.desc,
+        q64.desc,
+        c32.desc,
+        None,
+        32,
+        True,
+        out64.desc,
+        out64.desc,
+    )
     assert status == 0
     assert cann.launch("aclnnRopeWithSinCosCache", ws, ex) == 0
     assert cann.sync_stream(None) == 507899
@@ -686,16 +772,30 @@ def test_apply_rotary_pos_emb_v2(cann, dtype, mode):
     q, k = rand((tokens, 4, d), dtype, seed=33), rand((tokens, 2, d), dtype, seed=34)
     cos, sin = rand((tokens, 1, d), dtype, seed=35), rand((tokens, 1, d), dtype, seed=36)
     aq, ak = Arg(cann, q), Arg(cann, k, "offset")
-    cann.run("aclnnApplyRotaryPosEmbV2", aq.desc, ak.desc, Arg(cann, cos).desc,
-             Arg(cann, sin).desc, 4, mode.encode())  # fmt: skip
+    cann.run(
+        "aclnnApplyRotaryPosEmbV2",
+        aq.desc,
+        ak.desc,
+        Arg(cann, cos).desc,
+        Arg(cann, sin).desc,
+        4,
+        mode.encode(),
+    )
     assert_close(aq.result(), rotate_reference(q, cos, sin, mode), dtype)
     assert_close(ak.result(), rotate_reference(k, cos, sin, mode), dtype)
     # BSND (layout 1) with cos [B, S, 1, D].
     q4 = rand((2, 3, 4, d), dtype, seed=37)
     c4, s4 = rand((2, 3, 1, d), dtype, seed=38), rand((2, 3, 1, d), dtype, seed=39)
     a4 = Arg(cann, q4)
-    cann.run("aclnnApplyRotaryPosEmbV2", a4.desc, a4.desc, Arg(cann, c4).desc, Arg(cann, s4).desc,
-             1, mode.encode())  # fmt: skip
+    cann.run(
+        "aclnnApplyRotaryPosEmbV2",
+        a4.desc,
+        a4.desc,
+        Arg(cann, c4).desc,
+        Arg(cann, s4).desc,
+        1,
+        mode.encode(),
+    )
     # query and key alias here: rotated twice.
     twice = rotate_reference(rotate_reference(q4, c4, s4, mode).to(dtype), c4, s4, mode)
     assert_close(a4.result(), twice, dtype)
@@ -704,14 +804,17 @@ def test_apply_rotary_pos_emb_v2(cann, dtype, mode):
 def test_apply_rotary_pos_emb_v2_validation(cann):
     q = Arg(cann, rand((3, 2, 64), F16))
     c = Arg(cann, rand((3, 1, 64), F16))
-    assert "128" in cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc,
-                                     c.desc, c.desc, 4, b"half")  # fmt: skip
+    assert "128" in cann.expect_fail(
+        PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 4, b"half"
+    )
     q = Arg(cann, rand((3, 2, 128), F16))
     c = Arg(cann, rand((3, 1, 128), F16))
-    cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 4,
-                     b"quarter")  # fmt: skip
-    cann.expect_fail(PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 1,
-                     b"half")  # fmt: skip
+    cann.expect_fail(
+        PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 4, b"quarter"
+    )
+    cann.expect_fail(
+        PARAM_INVALID, "aclnnApplyRotaryPosEmbV2", q.desc, q.desc, c.desc, c.desc, 1, b"half"
+    )
 
 
 # --- KV cache --------------------------------------------------------------------------
@@ -727,9 +830,21 @@ def test_scatter_pa_kv_cache(cann, dtype, slot_dtype):
     kc = Arg(cann, torch.zeros(blocks, block_size, nkv, d, dtype=dtype))
     vc = Arg(cann, torch.zeros(blocks, block_size, nkv, dv, dtype=dtype))
     strides, offsets = cann.int_array([1, 1]), cann.int_array([0, 0])
-    cann.run("aclnnScatterPaKvCache", Arg(cann, key).desc, kc.desc, Arg(cann, slots).desc,
-             Arg(cann, value).desc, vc.desc, None, None, None, b"Norm", b"None", strides,
-             offsets)  # fmt: skip
+    cann.run(
+        "aclnnScatterPaKvCache",
+        Arg(cann, key).desc,
+        kc.desc,
+        Arg(cann, slots).desc,
+        Arg(cann, value).desc,
+        vc.desc,
+        None,
+        None,
+        None,
+        b"Norm",
+        b"None",
+        strides,
+        offsets,
+    )
     ek = torch.zeros(blocks * block_size, nkv, d, dtype=dtype)
     ev = torch.zeros(blocks * block_size, nkv, dv, dtype=dtype)
     for t, s in enumerate(slots.tolist()):
@@ -744,20 +859,51 @@ def test_scatter_pa_kv_cache_validation(cann):
     kc32 = Arg(cann, torch.zeros(2, 2, 1, 16))
     slots = Arg(cann, torch.tensor([0, 1], dtype=torch.int32))
     args = (None, None, None, b"Norm", b"None", None, None)
-    msg = cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", key32.desc, kc32.desc,
-                           slots.desc, key32.desc, kc32.desc, *args)  # fmt: skip
+    msg = cann.expect_fail(
+        PARAM_INVALID,
+        "aclnnScatterPaKvCache",
+        key32.desc,
+        kc32.desc,
+        slots.desc,
+        key32.desc,
+        kc32.desc,
+        *args,
+    )
     assert "FLOAT16" in msg
     key = Arg(cann, rand((2, 1, 16), F16), "offset")  # padded rows: not contiguous
     kc = Arg(cann, torch.zeros(2, 2, 1, 16, dtype=F16))
-    assert "contiguous" in cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", key.desc,
-                                            kc.desc, slots.desc, key.desc, kc.desc, *args)  # fmt: skip
+    assert "contiguous" in cann.expect_fail(
+        PARAM_INVALID,
+        "aclnnScatterPaKvCache",
+        key.desc,
+        kc.desc,
+        slots.desc,
+        key.desc,
+        kc.desc,
+        *args,
+    )
     # 8.3.RC1.alpha003 modes are refused; an out-of-range slot faults at the sync.
     good = Arg(cann, rand((2, 1, 16), F16))
-    cann.expect_fail(PARAM_INVALID, "aclnnScatterPaKvCache", good.desc, kc.desc, slots.desc,
-                     good.desc, kc.desc, None, None, None, b"PA_NZ", b"None", None, None)  # fmt: skip
+    cann.expect_fail(
+        PARAM_INVALID,
+        "aclnnScatterPaKvCache",
+        good.desc,
+        kc.desc,
+        slots.desc,
+        good.desc,
+        kc.desc,
+        None,
+        None,
+        None,
+        b"PA_NZ",
+        b"None",
+        None,
+        None,
+    )
     far = Arg(cann, torch.tensor([0, 4], dtype=torch.int32))
-    status, ws, ex = cann.phase_one("aclnnScatterPaKvCache", good.desc, kc.desc, far.desc,
-                                    good.desc, kc.desc, *args)  # fmt: skip
+    status, ws, ex = cann.phase_one(
+        "aclnnScatterPaKvCache", good.desc, kc.desc, far.desc, good.desc, kc.desc, *args
+    )
     assert status == 0 and cann.launch("aclnnScatterPaKvCache", ws, ex) == 0
     assert cann.sync_device() == 507899
     assert "slotMapping[1] = 4" in cann.error()
@@ -794,8 +940,13 @@ def test_apply_top_k_top_p(cann, dtype, which):
     p = torch.tensor([0.9, 0.5, 1.0, 0.2], dtype=dtype) if which != "k" else None
     k = torch.tensor([5, 0, 50, 20], dtype=torch.int32) if which != "p" else None
     out = out_arg(cann, (rows, vocab), dtype)
-    cann.run("aclnnApplyTopKTopP", Arg(cann, logits).desc, Arg(cann, p).desc if p is not None else None,
-             Arg(cann, k).desc if k is not None else None, out.desc)  # fmt: skip
+    cann.run(
+        "aclnnApplyTopKTopP",
+        Arg(cann, logits).desc,
+        Arg(cann, p).desc if p is not None else None,
+        Arg(cann, k).desc if k is not None else None,
+        out.desc,
+    )
     expected = top_k_top_p_reference(logits, p, k)
     assert torch.equal(out.result().isinf(), expected.isinf())
     assert_close(out.result(), expected, dtype)
@@ -823,7 +974,7 @@ def attention_reference(q, k, v, q_lens, kv_lens, scale, mode=0, pre=0, nxt=0):
     """
     outs, lses = [], []
     q_start = kv_start = 0
-    for sq, skv in zip(q_lens, kv_lens):
+    for sq, skv in zip(q_lens, kv_lens, strict=True):
         qr = q[q_start : q_start + sq].double()
         kr = k[kv_start : kv_start + skv].double()
         vr = v[kv_start : kv_start + skv].double()
@@ -852,11 +1003,35 @@ def causal_mask(cann):
     return Arg(cann, torch.ones(2048, 2048, dtype=torch.bool).triu(1))
 
 
-def fia(cann, q, key_desc, value_desc, mask, q_ends, kv_values, heads, kv_heads, scale, pre,
-        nxt, mode, block_table=None, block_size=0, out=None, lse=None):  # fmt: skip
+def fia(
+    cann,
+    q,
+    key_desc,
+    value_desc,
+    mask,
+    q_ends,
+    kv_values,
+    heads,
+    kv_heads,
+    scale,
+    pre,
+    nxt,
+    mode,
+    block_table=None,
+    block_size=0,
+    out=None,
+    lse=None,
+):
     """aclnnFusedInferAttentionScoreV3 phase 1 with TND and the unused optionals NULL."""
-    args = [q, cann.tensor_list([key_desc]), cann.tensor_list([value_desc]), None, mask,
-            cann.int_array(q_ends), cann.int_array(kv_values)] + [None] * 7  # fmt: skip
+    args = [
+        q,
+        cann.tensor_list([key_desc]),
+        cann.tensor_list([value_desc]),
+        None,
+        mask,
+        cann.int_array(q_ends),
+        cann.int_array(kv_values),
+    ] + [None] * 7
     args += [block_table] + [None] * 12
     args += [heads, scale, pre, nxt, b"TND", kv_heads, mode, 0, block_size, 0, lse is not None]
     args += [0, 0, out, lse]
@@ -883,9 +1058,23 @@ def test_fia_v3_tnd(cann, causal_mask, dtype, mode, pre, nxt):
     q_ends = torch.tensor(q_lens).cumsum(0).tolist()
     kv_ends = torch.tensor(kv_lens).cumsum(0).tolist()
     scale = d**-0.5
-    result = fia(cann, Arg(cann, q).desc, Arg(cann, k).desc, Arg(cann, v).desc,
-                 causal_mask.desc if mode else None, q_ends, kv_ends, heads, kv_heads, scale, pre,
-                 nxt, mode, out=out.desc, lse=lse.desc)  # fmt: skip
+    result = fia(
+        cann,
+        Arg(cann, q).desc,
+        Arg(cann, k).desc,
+        Arg(cann, v).desc,
+        causal_mask.desc if mode else None,
+        q_ends,
+        kv_ends,
+        heads,
+        kv_heads,
+        scale,
+        pre,
+        nxt,
+        mode,
+        out=out.desc,
+        lse=lse.desc,
+    )
     launch_and_sync(cann, "aclnnFusedInferAttentionScoreV3", result)
     eo, el = attention_reference(q, k, v, q_lens, kv_lens, scale, mode, pre, nxt)
     assert_close(out.result(), eo, dtype)
@@ -911,14 +1100,32 @@ def test_fia_v3_paged(cann, causal_mask, dtype, cache_layout):
             vc[table[r, j // block_size], j % block_size] = v[start + j]
         start += n
     if cache_layout == "BSH":
-        kc, vc = kc.view(blocks, block_size, kv_heads * d), vc.view(blocks, block_size, kv_heads * d)
+        kc, vc = (
+            kc.view(blocks, block_size, kv_heads * d),
+            vc.view(blocks, block_size, kv_heads * d),
+        )
     else:
         kc, vc = kc.transpose(1, 2).contiguous(), vc.transpose(1, 2).contiguous()
     out = out_arg(cann, q.shape, dtype)
     scale = 0.3
-    result = fia(cann, Arg(cann, q).desc, Arg(cann, kc).desc, Arg(cann, vc).desc, causal_mask.desc,
-                 torch.tensor(q_lens).cumsum(0).tolist(), kv_lens, heads, kv_heads, scale, 0, 0, 3,
-                 Arg(cann, table).desc, block_size, out.desc)  # fmt: skip
+    result = fia(
+        cann,
+        Arg(cann, q).desc,
+        Arg(cann, kc).desc,
+        Arg(cann, vc).desc,
+        causal_mask.desc,
+        torch.tensor(q_lens).cumsum(0).tolist(),
+        kv_lens,
+        heads,
+        kv_heads,
+        scale,
+        0,
+        0,
+        3,
+        Arg(cann, table).desc,
+        block_size,
+        out.desc,
+    )
     launch_and_sync(cann, "aclnnFusedInferAttentionScoreV3", result)
     eo, _ = attention_reference(q, k, v, q_lens, kv_lens, scale, 3)
     assert_close(out.result(), eo, dtype)
@@ -936,30 +1143,51 @@ def test_fia_v3_bookkeeping_errors(cann, causal_mask):
     st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [6], *common, 0, out=out.desc)
     assert st == TILING, cann.error()
     # numHeads % numKeyValueHeads != 0; sparseMode 3 without the mask; softmaxLse missing.
-    st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [2, 6], heads, 3, 0.25, 0, 0, 0,
-                   out=out.desc)  # fmt: skip
+    st, _, _ = fia(
+        cann, q.desc, k.desc, k.desc, None, [1, 4], [2, 6], heads, 3, 0.25, 0, 0, 0, out=out.desc
+    )
     assert st == PARAM_INVALID
     st, _, _ = fia(cann, q.desc, k.desc, k.desc, None, [1, 4], [2, 6], *common, 3, out=out.desc)
     assert st == PARAM_INVALID
     # Paged: block table rows != batch.
     cache = Arg(cann, rand((3, 4, heads * d), F16))
     table = Arg(cann, torch.zeros(3, 2, dtype=torch.int32))
-    st, _, _ = fia(cann, q.desc, cache.desc, cache.desc, None, [1, 4], [2, 6], *common, 0,
-                   block_table=table.desc, block_size=4, out=out.desc)  # fmt: skip
+    st, _, _ = fia(
+        cann,
+        q.desc,
+        cache.desc,
+        cache.desc,
+        None,
+        [1, 4],
+        [2, 6],
+        *common,
+        0,
+        block_table=table.desc,
+        block_size=4,
+        out=out.desc,
+    )
     assert st == TILING, cann.error()
     # A mask that is not triu(1) faults when the op runs.
     wrong = Arg(cann, torch.zeros(2048, 2048, dtype=torch.bool))
-    st, ws, ex = fia(cann, q.desc, k.desc, k.desc, wrong.desc, [1, 4], [2, 6], *common, 3,
-                     out=out.desc)  # fmt: skip
+    st, ws, ex = fia(
+        cann, q.desc, k.desc, k.desc, wrong.desc, [1, 4], [2, 6], *common, 3, out=out.desc
+    )
     assert st == 0 and cann.launch("aclnnFusedInferAttentionScoreV3", ws, ex) == 0
     assert cann.sync_stream(None) == 507899
     assert "triu" in cann.error()
 
 
-def ifa(cann, q, key_desc, value_desc, lens, table, heads, kv_heads, scale, layout, block_size,
-        out):  # fmt: skip
-    args = [q, cann.tensor_list([key_desc]), cann.tensor_list([value_desc]), None, None,
-            cann.int_array(lens) if lens is not None else None] + [None] * 7  # fmt: skip
+def ifa(
+    cann, q, key_desc, value_desc, lens, table, heads, kv_heads, scale, layout, block_size, out
+):
+    args = [
+        q,
+        cann.tensor_list([key_desc]),
+        cann.tensor_list([value_desc]),
+        None,
+        None,
+        cann.int_array(lens) if lens is not None else None,
+    ] + [None] * 7
     args += [table, None, heads, scale, layout, kv_heads, block_size, 0, out]
     return cann.phase_one("aclnnIncreFlashAttentionV4", *args)
 
@@ -982,9 +1210,20 @@ def test_ifa_v4_paged_decode(cann, dtype):
         start += n
     flat = (blocks, block_size, kv_heads * d)
     out = out_arg(cann, q.shape, dtype)
-    result = ifa(cann, Arg(cann, q).desc, Arg(cann, kc.view(flat)).desc,
-                 Arg(cann, vc.view(flat)).desc, lens, Arg(cann, table).desc, heads, kv_heads, 0.5,
-                 b"BSH", block_size, out.desc)  # fmt: skip
+    result = ifa(
+        cann,
+        Arg(cann, q).desc,
+        Arg(cann, kc.view(flat)).desc,
+        Arg(cann, vc.view(flat)).desc,
+        lens,
+        Arg(cann, table).desc,
+        heads,
+        kv_heads,
+        0.5,
+        b"BSH",
+        block_size,
+        out.desc,
+    )
     launch_and_sync(cann, "aclnnIncreFlashAttentionV4", result)
     eo, _ = attention_reference(q.view(batch, heads, d), k, v, [1] * batch, lens, 0.5)
     assert_close(out.result(), eo.reshape(q.shape), dtype)
@@ -995,11 +1234,302 @@ def test_ifa_v4_contiguous_bnsd(cann):
     q = rand((batch, heads, 1, d), F16, seed=63)
     k, v = rand((batch, heads, seq, d), F16, seed=64), rand((batch, heads, seq, d), F16, seed=65)
     out = out_arg(cann, q.shape, F16)
-    result = ifa(cann, Arg(cann, q).desc, Arg(cann, k).desc, Arg(cann, v).desc, [5, 3], None,
-                 heads, heads, 0.25, b"BNSD", 0, out.desc)  # fmt: skip
+    result = ifa(
+        cann,
+        Arg(cann, q).desc,
+        Arg(cann, k).desc,
+        Arg(cann, v).desc,
+        [5, 3],
+        None,
+        heads,
+        heads,
+        0.25,
+        b"BNSD",
+        0,
+        out.desc,
+    )
     launch_and_sync(cann, "aclnnIncreFlashAttentionV4", result)
     kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # [B, S, N, D]
     keys = torch.cat([kt[0, :5], kt[1, :3]])
     values = torch.cat([vt[0, :5], vt[1, :3]])
     eo, _ = attention_reference(q.view(batch, heads, d), keys, values, [1, 1], [5, 3], 0.25)
     assert_close(out.result(), eo.view(batch, heads, 1, d), F16)
+
+
+# --- runtime strictness -------------------------------------------------------------------
+
+
+def test_malloc_registry_and_memcpy_checks(cann):
+    before = cann.live_bytes()
+    p = cann.malloc(100)
+    assert p % 32 == 0
+    assert cann.live_bytes() == before + 100
+    assert cann.is_device(p) and cann.is_device(p + 99) and cann.is_device(p + 127)  # +32 padding
+    host = ctypes.create_string_buffer(256)
+    hp = ctypes.addressof(host)
+    assert not cann.is_device(hp)
+    assert cann.memcpy(p, 64, hp, 100, H2D) == 100000  # count > destMax
+    assert "destMax" in cann.error()
+    assert cann.memcpy(p, 100, hp, 100, D2H) == 100000  # kind says src is device
+    assert cann.memcpy(hp, 256, p, 100, H2D) == 100000
+    assert cann.memcpy(p, 200, hp, 200, H2D) == 100000  # runs past the block
+    assert cann.memcpy(p, 100, hp, 100, H2D) == 0
+    assert cann.memcpy(p, 100, p, 100, 4) == 0  # ACL_MEMCPY_DEFAULT infers the kinds
+    assert cann.memset(p, 100, 7, 100) == 0
+    assert cann.memcpy(hp, 256, p, 100, D2H) == 0
+    assert host.raw[:100] == b"\x07" * 100
+    assert cann.free(hp) == 100000  # not from aclrtMalloc
+    assert cann.free(p + 32) == 100000  # not the start of the block
+    assert cann.free(p) == 0
+    assert cann.free(p) == 100000  # double free
+    assert cann.live_bytes() == before
+    assert cann._malloc(ctypes.byref(ctypes.c_void_p()), 0, 0) == 100000
+
+
+def test_init_device_and_context(cann):
+    assert cann.init(None) == 100002  # once per process
+    device = I32(-1)
+    assert cann.get_device(ctypes.byref(device)) == 0 and device.value == 0
+    ctx = ctypes.c_void_p()
+    assert cann.get_context(ctypes.byref(ctx)) == 0 and ctx.value
+    assert cann.set_context(ctx) == 0
+    assert cann.set_device(5) == 107001
+    result = {}
+
+    def worker():
+        d = I32(-1)
+        result["get"] = cann.get_device(ctypes.byref(d))
+        result["ctx"] = cann.get_context(ctypes.byref(ctypes.c_void_p()))
+        result["msg"] = cann.error()  # thread-local
+
+    import threading
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert result["get"] == 107002 and result["ctx"] == 107002
+    assert "no context" in result["msg"]
+
+
+def test_create_tensor_rejects_bad_data(cann):
+    buf = cann.upload(torch.zeros(64))
+    dims = (I64 * 1)(8)
+    storage = (I64 * 1)(64)
+    assert cann.create_tensor(dims, 1, 0, None, 0, 2, storage, 1, buf.ptr + 16) is None
+    assert "32-byte aligned" in cann.error()
+    host = torch.zeros(64)
+    assert cann.create_tensor(dims, 1, 0, None, 0, 2, storage, 1, host.data_ptr()) is None
+    assert "device memory" in cann.error()
+    assert cann.create_tensor(dims, 1, 0, None, 60, 2, storage, 1, buf.ptr) is None  # 60 + 8 > 64
+    assert "does not fit" in cann.error()
+    big = (I64 * 1)(1000)  # storage larger than the allocation
+    assert cann.create_tensor(dims, 1, 0, None, 0, 2, big, 1, buf.ptr) is None
+    assert cann.create_tensor(None, 1, 0, None, 0, 2, storage, 1, buf.ptr) is None
+    assert cann.create_tensor(dims, 1, 29, None, 0, 2, storage, 1, buf.ptr) is None  # FRACTAL_NZ
+    assert cann.create_tensor(dims, 1, 0, None, 0, 29, storage, 1, buf.ptr) is None
+    # Argument order trap 8: ACL_FORMAT_ND passed as the offset shifts the data by 2 elements.
+    src = torch.arange(64, dtype=torch.float32)
+    dev = cann.upload(src)
+    shifted = cann.create_tensor(dims, 1, 0, None, 2, 2, storage, 1, dev.ptr)
+    out = out_arg(cann, (8,), F32)
+    cann.run("aclnnInplaceCopy", out.desc, shifted)
+    assert torch.equal(out.result(), src[2:10])
+
+
+def test_stale_read_without_sync_and_stream_queues(cann):
+    """Work runs only at synchronization points: a host read before the sync sees old data."""
+    x = Arg(cann, torch.ones(8))
+    out = out_arg(cann, (8,), F32)
+    stream = ctypes.c_void_p()
+    assert cann.create_stream(ctypes.byref(stream)) == 0
+    status, ws, ex = cann.phase_one("aclnnMul", x.desc, x.desc, out.desc)
+    assert status == 0
+    assert cann.launch("aclnnMul", ws, ex, stream) == 0
+    assert cann.pending() >= 1
+    raw = (ctypes.c_float * 8).from_address(out.buf.ptr)  # a host read of device memory
+    assert all(v != v for v in raw)  # still the NaN the output was initialized with
+    assert cann.sync_stream(None) == 0  # the default stream does not cover this one
+    assert all(v != v for v in raw)
+    assert cann.sync_stream(stream) == 0
+    assert list(raw) == [1.0] * 8
+    # Async copies queue too; destroying the stream runs its pending work.
+    host = torch.full((8,), 3.0)
+    assert cann.memcpy_async(x.buf.ptr, 32, host.data_ptr(), 32, H2D, stream) == 0
+    assert cann.download(x.buf).tolist() == [3.0] * 8  # synchronous memcpy drains every stream
+    host2 = torch.full((8,), 4.0)
+    assert cann.memcpy_async(x.buf.ptr, 32, host2.data_ptr(), 32, H2D, stream) == 0
+    assert cann.destroy_stream(stream) == 0
+    assert list((ctypes.c_float * 8).from_address(x.buf.ptr)) == [4.0] * 8
+    assert cann.sync_stream(stream) == 100000  # destroyed
+    assert cann.pending() == 0
+
+
+def test_memory_freed_before_sync_is_reported(cann):
+    x = Arg(cann, torch.ones(8))
+    out = out_arg(cann, (8,), F32)
+    status, ws, ex = cann.phase_one("aclnnMul", x.desc, x.desc, out.desc)
+    assert cann.launch("aclnnMul", ws, ex) == 0
+    assert cann.free(out.buf.ptr) == 0
+    assert cann.sync_device() == 507899
+    assert "freed" in cann.error()
+
+
+def test_workspace_checks(cann):
+    x = Arg(cann, torch.ones(8))
+    status, ws, ex = cann.phase_one("aclnnMul", x.desc, x.desc, x.desc)
+    assert status == 0 and ws > 0
+    small = cann.malloc(ws)
+    assert cann.phase2["aclnnMul"](small, ws - 1, ex, None) == PARAM_INVALID
+    assert "smaller" in cann.error()
+    host = ctypes.create_string_buffer(ws)
+    assert cann.phase2["aclnnMul"](ctypes.addressof(host), ws, ex, None) == PARAM_INVALID
+    assert cann.phase2["aclnnMul"](None, ws, ex, None) == PARAM_INVALID
+    assert cann.phase2["aclnnAdd"](small, ws, ex, None) == PARAM_INVALID  # another op's executor
+    bogus_stream = ctypes.c_void_p(small)
+    assert cann.phase2["aclnnMul"](small, ws, ex, bogus_stream) == PARAM_INVALID
+    # Failed launches did not consume the executor.
+    assert cann.phase2["aclnnMul"](small, ws, ex, None) == 0
+    assert cann.sync_device() == 0
+
+
+def test_repeatable_executor_retargeting(cann):
+    a, b = Arg(cann, torch.full((4,), 2.0)), Arg(cann, torch.full((4,), 5.0))
+    other = cann.upload(torch.full((4,), 10.0))
+    out = out_arg(cann, (4,), F32)
+    status, ws, ex = cann.phase_one("aclnnMul", a.desc, b.desc, out.desc)
+    assert status == 0 and cann.repeatable(ex) == 0
+    workspace = cann.malloc(ws)
+    for _ in range(2):  # repeatable: phase 2 may run many times
+        assert cann.launch("aclnnMul", ws, ex, workspace=workspace) == 0
+    assert cann.sync_device() == 0 and out.result().tolist() == [10.0] * 4
+    # aclSetRawTensorAddr changes only the descriptor: the executor keeps its snapshot.
+    assert cann.set_raw_addr(a.desc, other.ptr) == 0
+    assert cann.launch("aclnnMul", ws, ex, workspace=workspace) == 0
+    assert cann.sync_device() == 0 and out.result().tolist() == [10.0] * 4
+    # aclSetInputTensorAddr retargets the executor (index 0 = self, 1 = other).
+    assert cann.set_input_addr(ex, 0, a.desc, other.ptr) == 0
+    assert cann.launch("aclnnMul", ws, ex, workspace=workspace) == 0
+    assert cann.sync_device() == 0 and out.result().tolist() == [50.0] * 4
+    # aclSetTensorAddr: inputs then outputs in one index space.
+    out2 = out_arg(cann, (4,), F32)
+    assert cann.set_tensor_addr(ex, 2, out.desc, out2.buf.ptr) == 0
+    assert cann.launch("aclnnMul", ws, ex, workspace=workspace) == 0
+    assert cann.sync_device() == 0 and out2.result().tolist() == [50.0] * 4
+    assert cann.set_input_addr(ex, 2, None, other.ptr) == PARAM_INVALID
+    assert cann.set_output_addr(ex, 1, None, other.ptr) == PARAM_INVALID
+    assert cann.set_input_addr(ex, 0, None, other.ptr + 4) == PARAM_INVALID  # unaligned
+    assert cann.destroy_executor(ex) == 0
+    assert cann.launch("aclnnMul", ws, ex, workspace=workspace) == INNER_NULLPTR
+
+
+def test_dynamic_input_addr_for_cat(cann):
+    parts = [Arg(cann, torch.full((2,), float(i))) for i in range(3)]
+    replacement = cann.upload(torch.full((2,), 9.0))
+    out = out_arg(cann, (6,), F32)
+    lst = cann.tensor_list([p.desc for p in parts])
+    status, ws, ex = cann.phase_one("aclnnCat", lst, 0, out.desc)
+    assert status == 0 and cann.repeatable(ex) == 0
+    assert cann.set_dynamic_addr(ex, 0, 1, lst, replacement.ptr) == 0
+    assert cann.set_dynamic_addr(ex, 0, 3, lst, replacement.ptr) == PARAM_INVALID
+    assert cann.set_dynamic_addr(ex, 1, 0, lst, replacement.ptr) == PARAM_INVALID
+    assert cann.launch("aclnnCat", ws, ex) == 0
+    assert cann.sync_device() == 0
+    assert out.result().tolist() == [0.0, 0.0, 9.0, 9.0, 2.0, 2.0]
+    assert cann.destroy_executor(ex) == 0
+    assert cann.destroy_tensor_list(lst) == 0
+
+
+def test_call_log(cann):
+    x = Arg(cann, torch.ones(4))
+    cann.clear_log()
+    status, ws, ex = cann.phase_one("aclnnAdd", x.desc, x.desc, cann.scalar(1.0), x.desc)
+    assert cann.launch("aclnnAdd", ws, ex) == 0
+    assert cann.sync_stream(None) == 0
+    cann.download(x.buf)
+    log = cann.call_log()
+    names = [r["function"] for r in log]
+    assert names == [
+        "aclnnAddGetWorkspaceSize",
+        "aclrtMalloc",
+        "aclnnAdd",
+        "aclrtSynchronizeStream",
+        "aclrtMemcpy",
+    ]
+    p1, malloc, p2, sync, memcpy = log
+    assert p1["phase"] == 1 and p1["workspace"] == ws and p1["executor"] > 0 and p1["status"] == 0
+    assert p2["phase"] == 2 and p2["executor"] == p1["executor"] and p2["stream"] == 0
+    assert malloc["phase"] == 0 and malloc["bytes"] == ws
+    assert sync["stream"] == 0 and memcpy["kind"] == D2H
+    # A second launch of the (freed, non-repeatable) executor is logged as an error.
+    cann.clear_log()
+    assert cann.launch("aclnnAdd", ws, ex) == INNER_NULLPTR
+    failed = cann.call_log()[-1]
+    assert failed["function"] == "aclnnAdd" and failed["status"] == INNER_NULLPTR
+    assert "already destroyed" in failed["error"]
+
+
+# Misuse that crashes a process with a careless implementation runs in a subprocess.
+SUBPROCESS_SCRIPT = """
+import ctypes, json, pathlib, sys
+sys.path.insert(0, {tests!r})
+import torch
+import test_cann_double as t
+c = t.Cann(pathlib.Path({directory!r}))
+r = {{}}
+x = t.Arg(c, torch.ones(4))
+r["version"] = (lambda b: (c.version(b"CANN", b), b.value.decode())[1])(
+    ctypes.create_string_buffer(128))
+r["destroy1"] = c.destroy_tensor(x.desc)
+r["destroy2"] = c.destroy_tensor(x.desc)
+r["destroy2_msg"] = c.error()
+y = t.Arg(c, torch.ones(4))
+r["use_destroyed"] = c.phase_one("aclnnMul", x.desc, y.desc, y.desc)[0]
+st, ws, ex = c.phase_one("aclnnMul", y.desc, y.desc, y.desc)
+r["launch1"] = c.launch("aclnnMul", ws, ex)
+r["launch2"] = c.launch("aclnnMul", ws, ex)
+r["launch2_msg"] = c.error()
+r["destroy_freed_executor"] = c.destroy_executor(ex)
+st, ws, ex = c.phase_one("aclnnMul", y.desc, y.desc, y.desc)
+r["destroy_nonrepeatable"] = c.destroy_executor(ex)
+a, b = t.Arg(c, torch.ones(2)), t.Arg(c, torch.ones(2))
+lst = c.tensor_list([a.desc, b.desc])
+r["list_destroy"] = c.destroy_tensor_list(lst)
+r["element_after_list"] = c.destroy_tensor(a.desc)
+r["list_twice"] = c.destroy_tensor_list(lst)
+r["set_addr_null_executor"] = c.set_input_addr(None, 0, None, None)
+r["sync"] = c.sync_device()
+print(json.dumps(r))
+"""
+
+
+def run_script(directory, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    code = textwrap.dedent(SUBPROCESS_SCRIPT.format(tests=tests, directory=str(directory)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_misuse_is_reported_not_crashing(cann):
+    r = run_script(cann.dir)
+    assert r["version"] == "8.5.0"
+    assert r["destroy1"] == 0
+    assert r["destroy2"] == PARAM_INVALID and "already destroyed" in r["destroy2_msg"]
+    assert r["use_destroyed"] == PARAM_INVALID
+    assert r["launch1"] == 0
+    assert r["launch2"] == INNER_NULLPTR and "already destroyed" in r["launch2_msg"]
+    assert r["destroy_freed_executor"] == INNER_NULLPTR
+    assert r["destroy_nonrepeatable"] == PARAM_INVALID
+    assert r["list_destroy"] == 0
+    assert r["element_after_list"] == PARAM_INVALID  # the list owned (and destroyed) it
+    assert r["list_twice"] == PARAM_INVALID
+    assert r["set_addr_null_executor"] == NULLPTR
+    assert r["sync"] == 0
+
+
+def test_version_string_env(cann):
+    r = run_script(cann.dir, {"POLYOPS_CANN_DOUBLE_VERSION": "8.3.RC1.alpha003"})
+    assert r["version"] == "8.3.RC1.alpha003"
