@@ -120,6 +120,18 @@ aclnnStatus Destroy(const char* function, const void* p, Kind kind) {
   return kSuccess;
 }
 
+// aclCreate{Int,Bool,Float}Array: the host values are copied.
+template <typename Array, typename Value>
+Array* CreateArray(const char* function, const Value* value, uint64_t size) {
+  if (value == nullptr && size > 0) {
+    Fail(function, kNullptr, "value is NULL");
+    return nullptr;
+  }
+  auto array = std::make_unique<Array>();
+  array->values.assign(value, value + size);
+  return Register(std::move(array));
+}
+
 bool CheckAddress(const void* addr, size_t bytes, std::string* why) {
   if (bytes == 0 && addr == nullptr) return true;  // empty storage
   if (reinterpret_cast<uintptr_t>(addr) % kDataAlign != 0) {
@@ -598,13 +610,7 @@ DOUBLE_API aclnnStatus aclDestroyScalar(const aclScalar* scalar) {
 }
 
 DOUBLE_API aclIntArray* aclCreateIntArray(const int64_t* value, uint64_t size) {
-  if (value == nullptr && size > 0) {
-    Fail("aclCreateIntArray", kNullptr, "value is NULL");
-    return nullptr;
-  }
-  auto array = std::make_unique<aclIntArray>();
-  array->values.assign(value, value + size);
-  return Register(std::move(array));
+  return CreateArray<aclIntArray>("aclCreateIntArray", value, size);
 }
 
 DOUBLE_API aclnnStatus aclDestroyIntArray(const aclIntArray* array) {
@@ -612,13 +618,7 @@ DOUBLE_API aclnnStatus aclDestroyIntArray(const aclIntArray* array) {
 }
 
 DOUBLE_API aclBoolArray* aclCreateBoolArray(const bool* value, uint64_t size) {
-  if (value == nullptr && size > 0) {
-    Fail("aclCreateBoolArray", kNullptr, "value is NULL");
-    return nullptr;
-  }
-  auto array = std::make_unique<aclBoolArray>();
-  array->values.assign(value, value + size);
-  return Register(std::move(array));
+  return CreateArray<aclBoolArray>("aclCreateBoolArray", value, size);
 }
 
 DOUBLE_API aclnnStatus aclDestroyBoolArray(const aclBoolArray* array) {
@@ -627,13 +627,7 @@ DOUBLE_API aclnnStatus aclDestroyBoolArray(const aclBoolArray* array) {
 
 DOUBLE_API aclFloatArray* aclCreateFloatArray(const float* value,
                                               uint64_t size) {
-  if (value == nullptr && size > 0) {
-    Fail("aclCreateFloatArray", kNullptr, "value is NULL");
-    return nullptr;
-  }
-  auto array = std::make_unique<aclFloatArray>();
-  array->values.assign(value, value + size);
-  return Register(std::move(array));
+  return CreateArray<aclFloatArray>("aclCreateFloatArray", value, size);
 }
 
 DOUBLE_API aclnnStatus aclDestroyFloatArray(const aclFloatArray* array) {
@@ -681,9 +675,12 @@ DOUBLE_API aclnnStatus aclDestroyTensorList(const aclTensorList* list) {
 
 DOUBLE_API aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor* executor) {
   const char* fn = "aclSetAclOpExecutorRepeatable";
+  if (executor == nullptr) {
+    return Fail(fn, kInnerNullptr, "executor is NULL");  // documented: 561103
+  }
   int status = kSuccess;
   aclOpExecutor* ex = LiveExecutor(fn, executor, &status);
-  if (ex == nullptr) return executor == nullptr ? kInnerNullptr : status;
+  if (ex == nullptr) return status;
   ex->repeatable = true;
   return LogStatus(fn, kSuccess, ex->id);
 }

@@ -585,6 +585,19 @@ void RequireNull(
   }
 }
 
+// query, then key and value as one-tensor lists (the double's only form).
+void AttentionInputs(OpBuilder& b, const aclTensor* query,
+                     const aclTensorList* key, const aclTensorList* value,
+                     int* sq, int* sk, int* sv) {
+  int key_count = 0;
+  int value_count = 0;
+  *sq = b.In(query, "query");
+  *sk = b.InList(key, "key", &key_count);
+  *sv = b.InList(value, "value", &value_count);
+  b.Check(key_count == 1 && value_count == 1, kParamInvalid,
+          "the double takes key and value as one-tensor lists");
+}
+
 }  // namespace
 
 DOUBLE_API aclnnStatus aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
@@ -620,11 +633,8 @@ DOUBLE_API aclnnStatus aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
       (void)valueAntiquantMode;
   OpBuilder b("aclnnFusedInferAttentionScoreV3", workspaceSize, executor);
   // Slots in signature order (the aclSetInputTensorAddr index space).
-  const int sq = b.In(query, "query");
-  int key_count = 0;
-  int value_count = 0;
-  const int sk = b.InList(key, "key", &key_count);
-  const int sv = b.InList(value, "value", &value_count);
+  int sq, sk, sv;
+  AttentionInputs(b, query, key, value, &sq, &sk, &sv);
   b.OptIn(pseShiftOptional, "pseShiftOptional");
   const int sm = b.OptIn(attenMaskOptional, "attenMaskOptional");
   RequireNull(
@@ -662,8 +672,6 @@ DOUBLE_API aclnnStatus aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
   b.Check(Text(inputLayout) == "TND", kParamInvalid,
           "inputLayout \"" + Text(inputLayout) +
               "\": the double implements \"TND\"");
-  b.Check(key_count == 1 && value_count == 1, kParamInvalid,
-          "key and value must be one-tensor lists");
   const TensorView& q = b.V(sq);
   b.Check(q.Dim() == 3 && (q.dtype == kFloat16 || q.dtype == kBf16),
           kParamInvalid, "query must be a FLOAT16 or BF16 [T, N, D] tensor");
@@ -839,11 +847,8 @@ DOUBLE_API aclnnStatus aclnnIncreFlashAttentionV4GetWorkspaceSize(
     uint64_t* workspaceSize, aclOpExecutor** executor) {
   (void)innerPrecise;
   OpBuilder b("aclnnIncreFlashAttentionV4", workspaceSize, executor);
-  const int sq = b.In(query, "query");
-  int key_count = 0;
-  int value_count = 0;
-  const int sk = b.InList(key, "key", &key_count);
-  const int sv = b.InList(value, "value", &value_count);
+  int sq, sk, sv;
+  AttentionInputs(b, query, key, value, &sq, &sk, &sv);
   b.OptIn(pseShift, "pseShift");
   b.OptIn(attenMask, "attenMask");
   RequireNull(b, "decode without masks or quantization",
@@ -868,8 +873,6 @@ DOUBLE_API aclnnStatus aclnnIncreFlashAttentionV4GetWorkspaceSize(
       layout_name == "BSH" || layout_name == "BSND" || layout_name == "BNSD",
       kParamInvalid,
       "inputLayout \"" + layout_name + "\" is not BSH, BSND or BNSD");
-  b.Check(key_count == 1 && value_count == 1, kParamInvalid,
-          "the double takes key/value as one-tensor lists");
   b.Check(q.dtype == kFloat16 || q.dtype == kBf16, kParamInvalid,
           "query must be FLOAT16 or BF16");
   b.Check(q.Dim() == (layout_name == "BSH" ? 3 : 4), kParamInvalid,

@@ -114,6 +114,11 @@ Stream* FindStreamLocked(State& state, aclrtStream stream) {
   return it == state.stream_by_handle.end() ? nullptr : it->second;
 }
 
+Stream* FindStream(State& state, aclrtStream stream) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return FindStreamLocked(state, stream);
+}
+
 void AppendJsonString(std::string& out, const std::string& text) {
   out += '"';
   for (const char c : text) {
@@ -639,11 +644,7 @@ DOUBLE_API aclError aclrtCreateStream(aclrtStream* stream) {
 DOUBLE_API aclError aclrtDestroyStream(aclrtStream stream) {
   State& state = GetState();
   LogRecord record;
-  Stream* s;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    s = stream == nullptr ? nullptr : FindStreamLocked(state, stream);
-  }
+  Stream* s = stream == nullptr ? nullptr : FindStream(state, stream);
   if (s == nullptr) {
     return Fail("aclrtDestroyStream", kAclInvalidParam,
                 "not a stream created by aclrtCreateStream (or destroyed)",
@@ -664,11 +665,7 @@ DOUBLE_API aclError aclrtDestroyStream(aclrtStream stream) {
 DOUBLE_API aclError aclrtSynchronizeStream(aclrtStream stream) {
   State& state = GetState();
   LogRecord record;
-  Stream* s;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    s = FindStreamLocked(state, stream);
-  }
+  Stream* s = FindStream(state, stream);
   if (s == nullptr) {
     record.stream = -1;
     return Fail("aclrtSynchronizeStream", kAclInvalidParam, "not a live stream",
