@@ -203,6 +203,27 @@ aclnnStatus SetSlotAddr(const char* function, aclOpExecutor* ex, int slot,
   return LogStatus(function, kSuccess, ex->id);
 }
 
+// aclSet{Input,Output,}TensorAddr: index into the inputs, the outputs, or
+// the inputs followed by the outputs.
+aclnnStatus SetIndexedAddr(const char* function, aclOpExecutor* executor,
+                           size_t index, bool inputs, bool outputs,
+                           aclTensor* tensor, void* addr) {
+  int status = kSuccess;
+  aclOpExecutor* ex = LiveExecutor(function, executor, &status);
+  if (ex == nullptr) return status;
+  std::vector<int> space;
+  if (inputs) space = ex->inputs;
+  if (outputs)
+    space.insert(space.end(), ex->outputs.begin(), ex->outputs.end());
+  if (index >= space.size()) {
+    return Fail(function, kParamInvalid,
+                "index " + std::to_string(index) + " out of range (" +
+                    std::to_string(space.size()) + " tensors)",
+                ex->id);
+  }
+  return SetSlotAddr(function, ex, space[index], tensor, addr);
+}
+
 }  // namespace
 
 size_t ItemSize(int32_t dtype) {
@@ -706,53 +727,22 @@ DOUBLE_API aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
 DOUBLE_API aclnnStatus aclSetInputTensorAddr(aclOpExecutor* executor,
                                              const size_t index,
                                              aclTensor* tensor, void* addr) {
-  const char* fn = "aclSetInputTensorAddr";
-  int status = kSuccess;
-  aclOpExecutor* ex = LiveExecutor(fn, executor, &status);
-  if (ex == nullptr) return status;
-  if (index >= ex->inputs.size()) {
-    return Fail(fn, kParamInvalid,
-                "index " + std::to_string(index) + " out of range (" +
-                    std::to_string(ex->inputs.size()) + " inputs)",
-                ex->id);
-  }
-  return SetSlotAddr(fn, ex, ex->inputs[index], tensor, addr);
+  return SetIndexedAddr("aclSetInputTensorAddr", executor, index, true, false,
+                        tensor, addr);
 }
 
 DOUBLE_API aclnnStatus aclSetOutputTensorAddr(aclOpExecutor* executor,
                                               const size_t index,
                                               aclTensor* tensor, void* addr) {
-  const char* fn = "aclSetOutputTensorAddr";
-  int status = kSuccess;
-  aclOpExecutor* ex = LiveExecutor(fn, executor, &status);
-  if (ex == nullptr) return status;
-  if (index >= ex->outputs.size()) {
-    return Fail(fn, kParamInvalid,
-                "index " + std::to_string(index) + " out of range (" +
-                    std::to_string(ex->outputs.size()) + " outputs)",
-                ex->id);
-  }
-  return SetSlotAddr(fn, ex, ex->outputs[index], tensor, addr);
+  return SetIndexedAddr("aclSetOutputTensorAddr", executor, index, false, true,
+                        tensor, addr);
 }
 
 DOUBLE_API aclnnStatus aclSetTensorAddr(aclOpExecutor* executor,
                                         const size_t index, aclTensor* tensor,
                                         void* addr) {
-  const char* fn = "aclSetTensorAddr";
-  int status = kSuccess;
-  aclOpExecutor* ex = LiveExecutor(fn, executor, &status);
-  if (ex == nullptr) return status;
-  const size_t inputs = ex->inputs.size();
-  if (index >= inputs + ex->outputs.size()) {
-    return Fail(fn, kParamInvalid,
-                "index " + std::to_string(index) + " out of range (" +
-                    std::to_string(inputs + ex->outputs.size()) +
-                    " inputs + outputs)",
-                ex->id);
-  }
-  const int slot =
-      index < inputs ? ex->inputs[index] : ex->outputs[index - inputs];
-  return SetSlotAddr(fn, ex, slot, tensor, addr);
+  return SetIndexedAddr("aclSetTensorAddr", executor, index, true, true, tensor,
+                        addr);
 }
 
 DOUBLE_API aclnnStatus aclSetDynamicInputTensorAddr(aclOpExecutor* executor,
