@@ -4,12 +4,9 @@ Activation is once per process, so the checks run in a fresh interpreter:
 this file doubles as the child script (``python test_npu_device.py --child
 DIR``), which activates the device on DIR, runs every ``check_*`` function
 and prints one JSON line mapping each check to None (passed) or its
-traceback. Each check is then one pytest test per runtime:
-
-- "standin": ``tests/npu_device_stub/acl_standin.c``, a minimal stand-in of
-  the runtime symbols compiled here with the system C compiler;
-- "double": the CANN test double's libraries (``$POLYOPS_CANN_DOUBLE_DIR`` or
-  ``<polyops>/_cann_double``), skipped while the double is not built.
+traceback. Each check is then one pytest test, on the CANN test double's
+libraries (``$POLYOPS_CANN_DOUBLE_DIR`` or ``<polyops>/_cann_double``),
+skipped with a reason only where the double is not built.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import threading
@@ -32,7 +28,6 @@ import pytest
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
-STANDIN_SOURCE = HERE / "npu_device_stub" / "acl_standin.c"
 MARKER = "NPU-CHECKS:"
 
 # --- checks (run in the child, after use_cann_double) ------------------------
@@ -469,29 +464,12 @@ def _double_dir() -> pathlib.Path | None:
 
 
 @pytest.fixture(scope="module")
-def standin_dir(tmp_path_factory) -> pathlib.Path:
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the CANN runtime stand-in")
-    directory = tmp_path_factory.mktemp("acl_standin")
-    subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O1", "-o", str(directory / "libascendcl.so")]
-        + [str(STANDIN_SOURCE), "-lpthread"],
-        check=True,
-    )
-    return directory
-
-
-@pytest.fixture(scope="module", params=["standin", "double"])
-def check_results(request) -> dict[str, str | None]:
+def check_results() -> dict[str, str | None]:
     if importlib.util.find_spec("torch_npu") is not None:
         pytest.skip("torch_npu is installed: torch.npu is torch_npu's, not the test device")
-    if request.param == "standin":
-        directory = request.getfixturevalue("standin_dir")
-    else:
-        directory = _double_dir()
-        if directory is None:
-            pytest.skip("the CANN test double is not built (no _cann_double/libascendcl.so)")
+    directory = _double_dir()
+    if directory is None:
+        pytest.skip("the CANN test double is not built (no _cann_double/libascendcl.so)")
     child = _run([__file__, "--child", str(directory)])
     lines = [line for line in child.stdout.splitlines() if line.startswith(MARKER)]
     assert child.returncode == 0 and lines, (

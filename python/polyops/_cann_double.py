@@ -118,6 +118,9 @@ def use_cann_double(library_dir: str | os.PathLike[str] | None = None) -> None:
                 f"no libascendcl.so in {directory}: build the CANN test double there, "
                 f"or pass its directory (or set {DOUBLE_DIR_ENV})"
             )
+        # The double's runtime reads its device count when loaded: the same
+        # count as the npu device's, unless the caller chose one.
+        os.environ.setdefault("POLYOPS_CANN_DOUBLE_DEVICE_COUNT", str(_device_count()))
         if importlib.util.find_spec("torch_npu") is None:
             _activate_npu_device(runtime_path)
         # The same path dlopen'ed again gives the handle the device holds, so
