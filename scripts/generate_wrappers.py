@@ -475,7 +475,9 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
         f"                {{{', '.join(read)}}}, {{{alias_list}}}"
         + (f", {group}" if group != "nullptr" else "")
         + ");",
-        f"  const Handle handle = MakeHandle(PrimaryDevice({first.name}, {op}), stream);",
+        f"  const Device device = PrimaryDevice({first.name}, {op});",
+        "  const DeviceScope scope(device);",
+        f"  const Handle handle = MakeHandle(device, stream, {op});",
         f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
         f"            [&] {{ instance(handle, {args}); }});",
         "}",

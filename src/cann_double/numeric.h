@@ -187,20 +187,37 @@ inline void StoreDouble(const TensorView& t, int64_t element, double v) {
   }
 }
 
-// Exact integer store (no detour through double).
+// Exact integer store (no detour through double): a value outside the
+// dtype's range keeps its low bits (two's complement wrap, as torch and
+// polyops define integer overflow; the chip's own behaviour is unverified).
 inline void StoreInt(const TensorView& t, int64_t element, int64_t v) {
   if (IsFloating(t.dtype) || t.dtype == kBool) {
     StoreDouble(t, element, static_cast<double>(v));
     return;
   }
   void* p = ElementPtr(t, element);
+  const auto bits = static_cast<uint64_t>(v);
   switch (t.dtype) {
-    case kInt64:
-    case kUint64:
-      std::memcpy(p, &v, 8);
+    case kInt8:
+    case kUint8: {
+      const auto narrow = static_cast<uint8_t>(bits);
+      std::memcpy(p, &narrow, 1);
       return;
+    }
+    case kInt16:
+    case kUint16: {
+      const auto narrow = static_cast<uint16_t>(bits);
+      std::memcpy(p, &narrow, 2);
+      return;
+    }
+    case kInt32:
+    case kUint32: {
+      const auto narrow = static_cast<uint32_t>(bits);
+      std::memcpy(p, &narrow, 4);
+      return;
+    }
     default:
-      StoreDouble(t, element, static_cast<double>(v));
+      std::memcpy(p, &bits, 8);
   }
 }
 

@@ -63,7 +63,13 @@ aclnnStatus BinaryGetWorkspaceSize(const char* op, Binary kind,
       if (integral) {
         const int64_t x = LoadInt(v[a], oa[i]);
         const int64_t y = LoadInt(v[c], oc[i]);
-        StoreInt(v[o], oo[i], kind == Binary::kAdd ? x + alpha_int * y : x * y);
+        // Unsigned arithmetic: overflow wraps instead of being undefined.
+        const auto ux = static_cast<uint64_t>(x);
+        const auto uy = static_cast<uint64_t>(y);
+        const uint64_t r = kind == Binary::kAdd
+                               ? ux + static_cast<uint64_t>(alpha_int) * uy
+                               : ux * uy;
+        StoreInt(v[o], oo[i], static_cast<int64_t>(r));
       } else {
         // The promoted dtype is the computation dtype: a half-precision
         // product or sum is one rounding of the exact result.

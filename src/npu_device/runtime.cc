@@ -185,8 +185,15 @@ class NpuAllocator final : public c10::Allocator {
       std::lock_guard<std::mutex> lock(state.blocks_mutex);
       state.blocks.erase(reinterpret_cast<uintptr_t>(ptr));
     }
-    // A deleter cannot throw: a failing aclrtFree leaks the block, which the
-    // tests see through the double's live-byte count.
+    // Work queued on a stream may still use the block (a tensor dropped
+    // right after the op that writes it was launched): torch's caching
+    // allocators keep such blocks until the stream reaches them; without a
+    // cache, let the queued work finish first. A deleter cannot throw: a
+    // failing call leaks the block, which the tests see through the
+    // double's live-byte count.
+    if (state.runtime.synchronize_device != nullptr) {
+      state.runtime.synchronize_device();
+    }
     if (state.runtime.free != nullptr) state.runtime.free(ptr);
   }
 };

@@ -187,6 +187,20 @@ void ThrowUnsupportedTensor(const at::Tensor& tensor, const char* op,
       tensor.unsafeGetTensorImpl()->storage().nbytes(), " bytes)"));
 }
 
+void* CurrentStream(Device device, const char* op) {
+  const c10::Device torch_device = ToTorchDevice(device);
+  try {
+    const c10::impl::DeviceGuardImplInterface* guard =
+        c10::impl::getDeviceGuardImpl(torch_device.type());
+    return guard->getStreamNativeHandle(guard->getStream(torch_device));
+  } catch (const c10::Error& error) {
+    throw BackendError(detail::Concat(
+        "polyops.", op, ": cannot get torch's current stream of ",
+        torch_device.str(), " (", error.what_without_backtrace(),
+        "); pass stream= explicitly"));
+  }
+}
+
 void SetPythonError() {
   try {
     throw;

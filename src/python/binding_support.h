@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -311,11 +312,49 @@ inline std::string NoBackendMessage(const char* op, Device::Type type) {
                         "' because polyops was built without that backend");
 }
 
-// CPU kernels run on the calling thread and ignore `stream`.
-inline Handle MakeHandle(Device device, std::optional<int64_t> stream) {
+inline c10::Device ToTorchDevice(Device device) {
+  const auto index = static_cast<c10::DeviceIndex>(device.index);
+  switch (device.type) {
+    case Device::Type::kCuda:
+      return c10::Device(c10::DeviceType::CUDA, index);
+    case Device::Type::kAscend:
+      return c10::Device(c10::DeviceType::PrivateUse1, index);
+    default:
+      return c10::Device(c10::DeviceType::CPU);
+  }
+}
+
+// torch's current stream of an accelerator device, through its registered
+// device guard (torch_npu's or polyops' test "npu" device for PrivateUse1),
+// as the runtime's native handle. Fetched at every call, never cached: a
+// handle kept across torch ops can run ahead of work torch still queues.
+void* CurrentStream(Device device, const char* op);
+
+// Makes the tensors' device current for the call (torch's device guard):
+// the kernels and runtime calls run there, so npu:1 tensors run on device 1.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device) {
+    if (device.type != Device::Type::kCpu) {
+      guard_.reset_device(ToTorchDevice(device));
+    }
+  }
+
+ private:
+  c10::OptionalDeviceGuard guard_;
+};
+
+// CPU kernels run on the calling thread and ignore `stream`; accelerator
+// kernels run on `stream`, default: torch's current stream of the device.
+inline Handle MakeHandle(Device device, std::optional<int64_t> stream,
+                         const char* op) {
   Handle handle;
   handle.device = device;
-  handle.stream = stream ? reinterpret_cast<void*>(*stream) : nullptr;
+  if (stream) {
+    handle.stream = reinterpret_cast<void*>(*stream);
+  } else if (device.type != Device::Type::kCpu) {
+    handle.stream = CurrentStream(device, op);
+  }
   return handle;
 }
 

@@ -1,0 +1,53 @@
+#ifndef POLYOPS_ASCEND_ADD_ACLNN_H_
+#define POLYOPS_ASCEND_ADD_ACLNN_H_
+
+#include <optional>
+
+#include "ascend/launch.h"
+#include "base/add.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: aclnnAdd(self, other, alpha = 1, out), which broadcasts `other`.
+template <>
+class Operator<Add, Device::Type::kAscend, 0> : public Add {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+
+  Operator(const Tensor& input, const Tensor& other,
+           const std::optional<Tensor>& out)
+      : Add(input, other, out), alpha_(ascend::ScalarOne(dtype_)) {}
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    if (out->numel() == 0) return;
+    static const auto launch = ascend::Phase2("aclnnAdd", "8.0.RC1");
+    executor_.Run(kName, "aclnnAdd", handle,
+                  {ascend::Operand::In(input), ascend::Operand::In(other),
+                   ascend::Operand::Out(*out)},
+                  0, &Prepare, const_cast<Operator*>(this), launch);
+  }
+
+ private:
+  static ascend::AclnnStatus Prepare(void* self, ascend::AclTensor* const* t,
+                                     uint64_t* workspace,
+                                     ascend::AclOpExecutor** executor) {
+    using Fn = ascend::AclnnStatus (*)(
+        const ascend::AclTensor*, const ascend::AclTensor*,
+        const ascend::AclScalar*, ascend::AclTensor*, uint64_t*,
+        ascend::AclOpExecutor**);
+    static const auto get =
+        ascend::Phase1<Fn>("aclnnAddGetWorkspaceSize", "8.0.RC1");
+    return get(t[0], t[1], static_cast<Operator*>(self)->alpha_.get(), t[2],
+               workspace, executor);
+  }
+
+  ascend::ScalarHandle alpha_;
+  mutable ascend::ExecutorCache executor_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_ADD_ACLNN_H_

@@ -1,0 +1,47 @@
+#ifndef POLYOPS_ASCEND_MUL_ACLNN_H_
+#define POLYOPS_ASCEND_MUL_ACLNN_H_
+
+#include <optional>
+
+#include "ascend/launch.h"
+#include "base/mul.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: aclnnMul(self, other, out), which broadcasts `other`.
+template <>
+class Operator<Mul, Device::Type::kAscend, 0> : public Mul {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+  using Mul::Mul;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    if (out->numel() == 0) return;
+    static const auto launch = ascend::Phase2("aclnnMul", "8.0.RC1");
+    executor_.Run(kName, "aclnnMul", handle,
+                  {ascend::Operand::In(input), ascend::Operand::In(other),
+                   ascend::Operand::Out(*out)},
+                  0, &Prepare, nullptr, launch);
+  }
+
+ private:
+  static ascend::AclnnStatus Prepare(void*, ascend::AclTensor* const* t,
+                                     uint64_t* workspace,
+                                     ascend::AclOpExecutor** executor) {
+    using Fn = ascend::AclnnStatus (*)(
+        const ascend::AclTensor*, const ascend::AclTensor*, ascend::AclTensor*,
+        uint64_t*, ascend::AclOpExecutor**);
+    static const auto get =
+        ascend::Phase1<Fn>("aclnnMulGetWorkspaceSize", "8.0.RC1");
+    return get(t[0], t[1], t[2], workspace, executor);
+  }
+
+  mutable ascend::ExecutorCache executor_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_MUL_ACLNN_H_

@@ -1,0 +1,253 @@
+"""The Ascend backend on the CANN test double and the test "npu" device.
+
+``use_cann_double()`` is once per process, so every check runs in a fresh
+interpreter: the parity table on npu (each op's npu slots against float64
+and against CPU), and the host path read from the double's call log (phase 1
+once per geometry, no device-to-host copy or synchronization on a hit) and
+the loader's errors. Skipped with a reason where the double or the device
+is not built.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import polyops
+from polyops.testing import OPS
+
+MARKER = "ASCEND-RESULT:"
+
+
+def _double_dir() -> pathlib.Path | None:
+    directory = pathlib.Path(
+        os.environ.get("POLYOPS_CANN_DOUBLE_DIR")
+        or pathlib.Path(polyops.__file__).parent / "_cann_double"
+    )
+    return directory if (directory / "libascendcl.so").is_file() else None
+
+
+def _skip_reason() -> str | None:
+    if "npu" not in polyops._C._built_devices:
+        return "polyops was built without the Ascend backend (WITH_ASCEND=OFF)"
+    if importlib.util.find_spec("polyops._npu_device") is None:
+        return "polyops was built without its npu test device (WITH_NPU_TEST_DEVICE=OFF)"
+    if _double_dir() is None:
+        return "the CANN test double is not built (no _cann_double/libascendcl.so)"
+    if importlib.util.find_spec("torch_npu") is not None:
+        return "torch_npu is installed: torch.npu is torch_npu's, not the test device"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+def run_child(body: str, env: dict[str, str] | None = None) -> object:
+    """Runs `body` after use_cann_double() in a fresh interpreter; returns what it
+    passed to report(...). The interpreter must exit cleanly."""
+    script = (
+        "import json, torch, polyops\n"
+        "from polyops.testing import use_cann_double, cann_calls, clear_cann_calls\n"
+        "use_cann_double()\n"
+        f"def report(value):\n    print({MARKER!r} + json.dumps(value), flush=True)\n"
+        + textwrap.dedent(body)
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, **(env or {})),
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith(MARKER)]
+    assert child.returncode == 0 and lines, (
+        f"the child failed ({child.returncode}):\n{child.stdout[-3000:]}\n{child.stderr[-3000:]}"
+    )
+    return json.loads(lines[-1][len(MARKER) :])
+
+
+ASCEND_OPS = sorted(op for op in OPS if polyops.implementations(op, "npu"))
+
+
+@pytest.fixture(scope="module")
+def npu_records() -> list[dict]:
+    return run_child(
+        """
+        import dataclasses
+        from polyops.testing import run_parity
+        report([dataclasses.asdict(r) for r in run_parity(devices=["npu"])])
+        """
+    )
+
+
+def test_every_ascend_slot_is_in_the_parity_run(npu_records):
+    assert ASCEND_OPS, "no op has an Ascend slot"
+    seen = {(r["op"], r["slot"]) for r in npu_records if r["device"] == "npu"}
+    for op in ASCEND_OPS:
+        for slot in polyops.implementations(op, "npu"):
+            assert (op, slot) in seen, (op, slot)
+
+
+@pytest.mark.parametrize("op", ASCEND_OPS)
+def test_npu_parity_against_float64_and_cpu(npu_records, op):
+    records = [r for r in npu_records if r["op"] == op and r["device"] == "npu"]
+    assert records
+    compared = 0
+    for r in records:
+        where = f"{op} npu:{r['slot']} {r['dtype']} {r['case']}"
+        if r["status"] == "n/a":
+            # Only a dtype the aclnn API lacks may be n/a, and it says so.
+            assert "NotImplementedError" in r["message"] and r["dtype"] in r["message"], where
+            continue
+        assert r["status"] == "ok", f"{where}: {r['status']} {r['message']}"
+        if r["vs_cpu_max_rel_err"] is not None:
+            limit = 2 * r["tolerance"] * (1 + r["tolerance"])
+            assert r["vs_cpu_max_rel_err"] <= limit, f"{where}: vs cpu {r['vs_cpu_max_rel_err']}"
+            compared += 1
+    assert compared, f"{op}: no case compared npu against cpu"
+
+
+def test_ops_without_an_ascend_slot_say_so():
+    missing = sorted(op for op in OPS if not polyops.implementations(op, "npu"))
+    if not missing:
+        pytest.skip("every op has an Ascend slot")
+    result = run_child(
+        f"""
+        from polyops.testing import OPS, Inputs
+        errors = {{}}
+        for op in {missing!r}:
+            info = OPS[op]
+            dtype = info.dtypes[0]
+            call = info.all_cases(dtype)[0].build(Inputs(0, "npu"))
+            try:
+                getattr(polyops, op)(*call.args, **call.kwargs, **call.outputs)
+                errors[op] = "no error"
+            except Exception as error:
+                errors[op] = type(error).__name__ + ": " + str(error)
+        report(errors)
+        """
+    )
+    for op in missing:
+        assert result[op].startswith("NotImplementedError"), result[op]
+        assert "npu" in result[op]
+
+
+def test_a_repeated_call_reuses_its_executor_without_phase_one():
+    calls = run_child(
+        """
+        a, b = torch.randn(33, 70).to("npu"), torch.randn(70).to("npu")
+        polyops.add(a, b)
+        clear_cann_calls()
+        for _ in range(3):
+            out = polyops.add(a, b)
+        hit = [c["function"] for c in cann_calls()]
+        c = torch.randn(33, 70).to("npu")  # another address, same geometry
+        clear_cann_calls()
+        polyops.add(c, b)
+        moved = [c["function"] for c in cann_calls()]
+        report({"hit": hit, "moved": moved})
+        """
+    )
+    for functions in (calls["hit"], calls["moved"]):
+        assert "aclnnAdd" in functions
+        assert not any(f.endswith("GetWorkspaceSize") for f in functions), functions
+        assert not any(f in ("aclrtSynchronizeStream", "aclrtMemcpy") for f in functions)
+        assert "aclSetInputTensorAddr" in functions
+    assert calls["hit"].count("aclnnAdd") == 3
+
+
+def test_work_runs_on_the_current_stream_and_on_stream_argument():
+    result = run_child(
+        """
+        a = torch.randn(8, 16).to("npu")
+        side = torch.npu.Stream()
+        clear_cann_calls()
+        with torch.npu.stream(side):
+            polyops.add(a, a)
+        on_side = [c for c in cann_calls() if c["function"] == "aclnnAdd"]
+        clear_cann_calls()
+        polyops.add(a, a, stream=side.npu_stream)
+        explicit = [c for c in cann_calls() if c["function"] == "aclnnAdd"]
+        clear_cann_calls()
+        polyops.add(a, a)
+        default = [c for c in cann_calls() if c["function"] == "aclnnAdd"]
+        report([on_side[0]["stream"], explicit[0]["stream"], default[0]["stream"]])
+        """
+    )
+    side, explicit, default = result
+    assert side == explicit and side != default
+
+
+def _copy_double(tmp_path: pathlib.Path, names: dict[str, str]) -> pathlib.Path:
+    source = _double_dir()
+    for name, target in names.items():
+        (tmp_path / name).symlink_to(source / target)
+    return tmp_path
+
+
+def test_missing_operator_library_is_a_runtime_error(tmp_path):
+    # The runtime and nnopbase are there, no libopapi*.so: the first npu call says so,
+    # the interpreter survives, CPU calls still work.
+    broken = _copy_double(
+        tmp_path, {"libascendcl.so": "libascendcl.so", "libnnopbase.so": "libnnopbase.so"}
+    )
+    result = run_child(
+        f"""
+        import os
+        os.environ["POLYOPS_CANN_LIB_DIR"] = {str(broken)!r}
+        a = torch.ones(4).to("npu")
+        try:
+            polyops.add(a, a)
+            message = None
+        except RuntimeError as error:
+            message = str(error)
+        report([message, polyops.add(torch.ones(2), torch.ones(2)).tolist()])
+        """
+    )
+    assert "no operator library" in result[0] and "libopapi.so" in result[0]
+    assert result[1] == [2.0, 2.0]
+
+
+def test_missing_symbol_names_it_and_the_cann_version(tmp_path):
+    # An operator library without aclnn ops (nnopbase stands in for it).
+    broken = _copy_double(
+        tmp_path,
+        {
+            "libascendcl.so": "libascendcl.so",
+            "libnnopbase.so": "libnnopbase.so",
+            "libopapi.so": "libnnopbase.so",
+        },
+    )
+    message = run_child(
+        f"""
+        import os
+        os.environ["POLYOPS_CANN_LIB_DIR"] = {str(broken)!r}
+        a = torch.ones(4).to("npu")
+        try:
+            polyops.mul(a, a)
+            report(None)
+        except RuntimeError as error:
+            report(str(error))
+        """
+    )
+    assert "aclnnMul" in message and "libopapi.so" in message and "from CANN" in message
+
+
+def test_mixed_devices_and_cpu_tensors_are_value_errors():
+    message = run_child(
+        """
+        try:
+            polyops.add(torch.ones(4).to("npu"), torch.ones(4))
+            report(None)
+        except ValueError as error:
+            report(str(error))
+        """
+    )
+    assert message is not None and "npu" in message and "cpu" in message
