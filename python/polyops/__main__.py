@@ -23,15 +23,27 @@ from polyops.testing.runner import run_parity
 
 def _overview() -> int:
     print(f"polyops {polyops.__version__} (torch {torch.__version__})")
-    print(f"devices: {', '.join(polyops.devices())}")
+    usable = polyops.devices()
+    built = list(polyops._C._built_devices)
+    absent = [d for d in built if d not in usable]
+    print(
+        f"devices: {', '.join(usable)}"
+        + (f" (built, not present: {', '.join(absent)})" if absent else "")
+    )
+    if "npu" in absent:
+        print(
+            "  npu: no NPU here; polyops.testing.use_cann_double() runs the Ascend slots on "
+            "the CANN test double (docs/ascend.md)"
+        )
     registered = polyops.torch_ops_registered()
     print(f"torch.ops.polyops: {'registered' if registered else 'NOT registered'}")
-    print("operators and implementations:")
+    print("operators and implementations (every built device):")
     width = max(map(len, polyops.operators()))
     for op in polyops.operators():
-        slots = {d: polyops.implementations(op, d) for d in polyops.devices()}
+        slots = {d: polyops.implementations(op, d) for d in built}
         text = "; ".join(
-            f"{d}: " + ", ".join(f"{i}={n}" for i, n in s.items()) for d, s in slots.items()
+            f"{d}: " + (", ".join(f"{i}={n}" for i, n in s.items()) or "-")
+            for d, s in slots.items()
         )
         print(f"  {op:<{width}}  {text}")
     print("\nparity against float64 references (python -m polyops parity for the full table):")
