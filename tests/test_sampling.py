@@ -129,8 +129,12 @@ def test_tie_order_is_lower_id_first(slot):
     high = torch.full((3,), 0.75, dtype=F32)
     assert polyops.topk_topp_sampling(logits, 0, 1.0, uniform=low).tolist() == [0, 0, 0]
     assert polyops.topk_topp_sampling(logits, 0, 1.0, uniform=high).tolist() == [1, 1, 1]
-    # top_k=1 keeps only the lower id of a tie.
-    assert polyops.topk_topp_sampling(logits, 1, 1.0, uniform=high).tolist() == [0, 0, 0]
+    # top_k keeps every token tied with the k-th largest logit (vLLM, Hugging Face).
+    assert polyops.topk_topp_sampling(logits, 1, 1.0, uniform=high).tolist() == [1, 1, 1]
+    # The example: [1, 1, 1, 0] with k = 2 can draw token 2, never token 3.
+    row = torch.tensor([[1.0, 1.0, 1.0, 0.0]] * 3)
+    u = torch.tensor([0.1, 0.5, 0.9])
+    assert polyops.topk_topp_sampling(row, 2, 1.0, uniform=u).tolist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize("slot", SLOTS)
@@ -149,10 +153,11 @@ def test_uniform_extremes(dtype, slot, gen):
             logits, top_k, top_p, uniform=near_one, implementation_index=slot
         )
         assert torch.equal(got, reference(logits, top_k, top_p, near_one))
-    # Equal weights: u -> 1 picks the last kept token.
+    # Equal weights: u -> 1 picks the last kept token; all 50 tie, so every
+    # top_k keeps all of them.
     flat = torch.zeros(3, 50, dtype=dtype)
     near_one = torch.full((3,), ONE_MINUS, dtype=F32)
-    for top_k, last in [(0, 49), (6, 5), (1, 0), (50, 49)]:
+    for top_k, last in [(0, 49), (6, 49), (1, 49), (50, 49)]:
         got = polyops.topk_topp_sampling(
             flat, top_k, 1.0, uniform=near_one, implementation_index=slot
         )
@@ -341,15 +346,25 @@ def test_neither_uniform_nor_seed():
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
-def test_bad_logit_values(bad, dtype):
-    logits = torch.zeros(3, 8, dtype=dtype)
-    logits[2, 5] = bad
-    with pytest.raises(ValueError, match=r"logits must not contain NaN or \+inf, got one in row 2"):
-        _call(logits)
-    logits = torch.zeros(3, 8, dtype=dtype)
-    logits[1] = -math.inf
-    with pytest.raises(ValueError, match=r"logits must have a finite value in every row.* row 1"):
-        _call(logits)
+def test_bad_rows_never_fail_the_batch(bad, dtype, api):
+    # NaN counts as -inf, +inf logits share the mass, a row with neither a finite nor
+    # a +inf logit is uniform; the other rows are unchanged.
+    gen = torch.Generator().manual_seed(5)
+    logits = make_logits(5, 8, dtype, gen)
+    u = torch.tensor([0.3, 0.999, 0.0, 0.5, 0.999])
+    clean = api.topk_topp_sampling(logits, 0, 1.0, uniform=u)
+    logits[1, 5] = bad
+    logits[2, 3] = bad
+    logits[3] = -math.inf
+    logits[4] = math.nan
+    got = api.topk_topp_sampling(logits, 0, 1.0, uniform=u)
+    assert torch.equal(got, reference(logits, 0, 1.0, u))
+    assert got[0] == clean[0]  # untouched row
+    if bad == math.inf:
+        assert got[1] == 5 and got[2] == 3  # all the mass on the +inf token
+    else:
+        assert got[1] != 5 and got[2] != 3  # a NaN token weighs nothing
+    assert got[3] == 4 and got[4] == 7  # uniform over 8: u = 0.5 (C_5 = 5 > 4) and u -> 1
 
 
 def test_wrong_types():

@@ -20,10 +20,15 @@ namespace polyops {
 // function of the inputs: every float operation below is specified, so every
 // backend returns the same ids bit for bit.
 //   logits:  [B, V], float16, bfloat16 or float32, V >= 1; rows may have any
-//            stride, the last dim must have stride 1. NaN and +inf are a
-//            ValueError, and so is a row whose logits are all -inf.
+//            stride, the last dim must have stride 1. A bad row never fails
+//            the batch (a serving engine needs a token in every row, the
+//            other rows unchanged): NaN counts as -inf; if a row has +inf
+//            logits, they share its mass equally; a row with neither a
+//            finite nor a +inf logit samples uniformly over its tokens.
 //   top_k:   an int (a float with an integer value is accepted), or an int32
-//            or int64 tensor [B]; k <= 0 or k >= V keeps every token.
+//            or int64 tensor [B]; k <= 0 or k >= V keeps every token; tokens
+//            tied with the k-th largest logit are kept too (as vLLM and
+//            Hugging Face's top-k warper do).
 //   top_p:   a float in (0, 1], or a float32 tensor [B] of such; a value that
 //            rounds to 1.0 in float32 disables the top-p filter.
 //   uniform: float32 [B] in [0, 1): the random number of each row.
@@ -34,11 +39,14 @@ namespace polyops {
 //
 // Algorithm, per row, all arithmetic in IEEE float32 with round to nearest
 // even and no fused multiply-add:
-//   1. x = the row converted to float32 (exact for float16/bfloat16).
+//   1. x = the row converted to float32 (exact for float16/bfloat16), NaN
+//      replaced by -inf.
 //   2. Order the V tokens by (x descending, token id ascending); -0.0 ties
 //      with +0.0. Let s_0, s_1, ... be the ids in that order, m = x[s_0].
-//   3. e_j = Exp(x[s_j] - m), Exp below (so e_0 = 1).
-//   4. K = V if top_k <= 0 or top_k >= V, else top_k.
+//   3. e_j = Exp(x[s_j] - m), Exp below (so e_0 = 1). If m = +inf instead
+//      e_j = 1 where x[s_j] = +inf, else 0; if m = -inf, e_j = 1.
+//   4. K = V if top_k <= 0 or top_k >= V, else the number of tokens with
+//      x >= x[s_{top_k - 1}] (top_k plus the ties of the k-th).
 //      C_0 = +0.0, C_{j+1} = C_j + e_j (sequential float32 sums). S_K = C_K.
 //   5. p = top_p as float32. If p >= 1: P = K. Else P = the smallest P in
 //      [1, K] with C_P >= p * S_K (the product rounded to float32), or K if
@@ -59,8 +67,8 @@ namespace polyops {
 //      (mod 2**64); z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
 //      z = (z ^ (z >> 27)) * 0x94d049bb133111eb; z ^= z >> 31;
 //      u = (z >> 40) * 2**-24, in [0, 1 - 2**-24].
-//   Values of uniform and top_p tensors, and of logits, are checked when the
-//   kernel reads them (ValueError); `out` is unspecified after such an error.
+//   Values of uniform and top_p tensors are checked when the kernel reads
+//   them (ValueError); `out` is unspecified after such an error.
 class TopkToppSampling : public OperatorBase {
  public:
   static constexpr const char* kName = "topk_topp_sampling";

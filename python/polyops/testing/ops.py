@@ -933,6 +933,7 @@ OPS: dict[str, OpInfo] = {
             _sampling_cases,
             ref.topk_topp_sampling_reference,
             EXACT,
+            special_values=True,
         ),
     ]
 }

@@ -534,11 +534,21 @@ def _top_k(vocab: int, k: int) -> int:
 
 
 def sampling_reference_row(x: Tensor, k: int, p: float, u: float) -> int:
-    """The header's algorithm for one row of float32 logits: the sampled token id."""
+    """The header's algorithm for one row of float32 logits: the sampled token id.
+
+    NaN counts as -inf; tokens tied with the k-th largest logit are kept; +inf
+    logits share the mass; a row with neither finite nor +inf logits is uniform."""
+    x = torch.where(torch.isnan(x), -math.inf, x)
     order = torch.sort(x, descending=True, stable=True).indices
     xs = x[order]
-    weights = spec_exp(xs - xs[0])
+    if xs[0] == math.inf:
+        weights = (xs == math.inf).float()
+    elif xs[0] == -math.inf:
+        weights = torch.ones_like(xs)
+    else:
+        weights = spec_exp(xs - xs[0])
     top = _top_k(x.numel(), k)
+    top = int((xs >= xs[top - 1]).sum())  # the k-th logit's ties are kept
     cumulative = [0.0]
     for weight in weights[:top].tolist():
         cumulative.append(_f32(cumulative[-1] + weight))
@@ -592,9 +602,17 @@ def sampling_token_plausible(
     within `eps` of its interval [C_j / C_P, C_{j+1} / C_P] for one such P.
     """
     x = _f64(x)
+    x = torch.where(torch.isnan(x), -math.inf, x)
     order = torch.sort(x, descending=True, stable=True).indices
+    xs = x[order]
     top = _top_k(x.numel(), k)
-    weights = torch.exp(x[order] - x[order[0]])[:top]
+    top = int((xs >= xs[top - 1]).sum())
+    if xs[0] == math.inf:
+        weights = (xs == math.inf).double()[:top]
+    elif xs[0] == -math.inf:
+        weights = torch.ones(top, dtype=F64)
+    else:
+        weights = torch.exp(xs - xs[0])[:top]
     cumulative = torch.cat([torch.zeros(1, dtype=F64), weights.cumsum(0)]).tolist()
     total = cumulative[top]
     if _f32(p) >= 1.0:

@@ -21,13 +21,6 @@
 namespace polyops {
 namespace cpu {
 
-enum SamplingRowError : int64_t {
-  kSamplingOk = 0,
-  kSamplingNonFinite = 1,
-  kSamplingAllMinusInf = 2,
-  kSamplingOutOfMemory = 3,
-};
-
 // Per-thread scratch, kept across calls so that a steady stream of calls
 // allocates nothing: 20 bytes per vocabulary entry per OpenMP thread, grown to
 // the largest V seen.
@@ -84,23 +77,24 @@ inline void RadixSortByHighWord(uint64_t* keys, uint64_t* spare, int64_t n) {
 
 // One row of the algorithm in base/topk_topp_sampling.h. `k` in [1, vocab].
 template <typename T>
-SamplingRowError SampleRow(const T* x, int64_t vocab, int64_t k, float p,
-                           float u, SamplingScratch& scratch, int64_t* token) {
+void SampleRow(const T* x, int64_t vocab, int64_t k, float p, float u,
+               SamplingScratch& scratch, int64_t* token) {
   // (descending key << 32 | id) sorts ascending as (logit desc, id asc), and
-  // the keys are distinct, so every sort below has one possible result.
+  // the keys are distinct, so every sort below has one possible result. NaN
+  // logits count as -inf (step 1).
+  const auto key_of = [&](int64_t i) {
+    float value = Load(x + i);
+    if (std::isnan(value)) value = -std::numeric_limits<float>::infinity();
+    return (static_cast<uint64_t>(DescendingKey(value)) << 32) |
+           static_cast<uint64_t>(i);
+  };
   uint64_t* keys = scratch.keys.data();
   if (k * 16 < vocab) {
     // Small k: a max-heap of the k best keys seen. Most tokens lose one
     // compare against its top and cost no write, unlike a full selection.
     int64_t size = 0;
     for (int64_t i = 0; i < vocab; ++i) {
-      const float value = Load(x + i);
-      if (std::isnan(value) ||
-          value == std::numeric_limits<float>::infinity()) {
-        return kSamplingNonFinite;
-      }
-      const uint64_t key = (static_cast<uint64_t>(DescendingKey(value)) << 32) |
-                           static_cast<uint64_t>(i);
+      const uint64_t key = key_of(i);
       if (size < k) {
         keys[size++] = key;
         std::push_heap(keys, keys + size);
@@ -111,28 +105,30 @@ SamplingRowError SampleRow(const T* x, int64_t vocab, int64_t k, float p,
       }
     }
     std::sort_heap(keys, keys + k);
-  } else {
+    // Tokens tied with the k-th logit are kept too (step 4); the heap kept
+    // the lowest ids of the tie, so the rest follow in id order.
+    const uint64_t last = keys[k - 1];
     for (int64_t i = 0; i < vocab; ++i) {
-      const float value = Load(x + i);
-      if (std::isnan(value) ||
-          value == std::numeric_limits<float>::infinity()) {
-        return kSamplingNonFinite;
-      }
-      keys[i] = (static_cast<uint64_t>(DescendingKey(value)) << 32) |
-                static_cast<uint64_t>(i);
+      const uint64_t key = key_of(i);
+      if ((key >> 32) == (last >> 32) && key > last) keys[k++] = key;
     }
+  } else {
+    for (int64_t i = 0; i < vocab; ++i) keys[i] = key_of(i);
     RadixSortByHighWord(keys, scratch.spare.data(), vocab);
+    while (k < vocab && (keys[k] >> 32) == (keys[k - 1] >> 32)) ++k;
   }
   const float max = FromDescendingKey(static_cast<uint32_t>(keys[0] >> 32));
-  if (max == -std::numeric_limits<float>::infinity()) {
-    return kSamplingAllMinusInf;
-  }
+  constexpr float kInf = std::numeric_limits<float>::infinity();
 
   float* weights = scratch.weights.data();
   float total = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
-    weights[j] = SamplingExp(
-        FromDescendingKey(static_cast<uint32_t>(keys[j] >> 32)) - max);
+    const float value = FromDescendingKey(static_cast<uint32_t>(keys[j] >> 32));
+    // Step 3's bad rows: +inf logits share the mass, a row without a finite
+    // or +inf logit is uniform; otherwise the specified Exp.
+    weights[j] = max == kInf    ? (value == kInf ? 1.0f : 0.0f)
+                 : max == -kInf ? 1.0f
+                                : SamplingExp(value - max);
     total += weights[j];
   }
 
@@ -164,7 +160,6 @@ SamplingRowError SampleRow(const T* x, int64_t vocab, int64_t k, float p,
     }
   }
   *token = static_cast<int64_t>(keys[chosen] & 0xffffffffull);
-  return kSamplingOk;
 }
 
 }  // namespace cpu
@@ -210,8 +205,9 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
       }
     }
 
-    // The lowest failing row and its error, packed as row * 4 + error.
-    std::atomic<int64_t> first_error{std::numeric_limits<int64_t>::max()};
+    // An exception must not leave the OpenMP region: a failed allocation of
+    // a thread's scratch is rethrown after it.
+    std::atomic<bool> out_of_memory{false};
     int64_t* tokens = out->data_as<int64_t>();
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.topk_topp_sampling", [&](auto tag) {
@@ -229,41 +225,17 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
             const float u =
                 uniform ? uniform->data_as<float>()[b * uniform->stride(0)]
                         : cpu::SplitMix64Uniform(*seed, b);
-            cpu::SamplingRowError error = cpu::kSamplingOk;
             try {
               cpu::SamplingScratch& scratch = cpu::ThreadSamplingScratch();
               scratch.Reserve(vocab_);
-              error = cpu::SampleRow(base + b * row_stride_, vocab_, k, p, u,
-                                     scratch, tokens + b);
+              cpu::SampleRow(base + b * row_stride_, vocab_, k, p, u, scratch,
+                             tokens + b);
             } catch (const std::bad_alloc&) {
-              error = cpu::kSamplingOutOfMemory;
-            }
-            if (error != cpu::kSamplingOk) {
-              const int64_t packed = b * 4 + error;
-              int64_t seen = first_error.load();
-              while (packed < seen &&
-                     !first_error.compare_exchange_weak(seen, packed)) {
-              }
+              out_of_memory.store(true);
             }
           });
         });
-    const int64_t packed = first_error.load();
-    if (packed == std::numeric_limits<int64_t>::max()) return;
-    const int64_t row = packed / 4;
-    switch (packed % 4) {
-      case cpu::kSamplingNonFinite:
-        throw InvalidArgument(detail::Concat(
-            "polyops.topk_topp_sampling: logits must not contain NaN or "
-            "+inf, got one in row ",
-            row));
-      case cpu::kSamplingAllMinusInf:
-        throw InvalidArgument(detail::Concat(
-            "polyops.topk_topp_sampling: logits must have a finite value in "
-            "every row, got only -inf in row ",
-            row));
-      default:
-        throw std::bad_alloc();
-    }
+    if (out_of_memory.load()) throw std::bad_alloc();
   }
 
  private:
