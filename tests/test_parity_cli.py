@@ -190,7 +190,8 @@ def test_overview_runs_parity_of_every_op(capsys, monkeypatch):
     monkeypatch.setattr(cli_main, "run_parity", subset)
     code, out = run_cli(capsys)
     assert code == 0
-    assert "operators and implementations (every built device):" in out and "  apply_rotary_pos_emb  cpu: 0=omp" in out
+    assert "operators and implementations (every built device):" in out
+    assert "  apply_rotary_pos_emb  cpu: 0=omp" in out
     lines = out.splitlines()
     header = next(line for line in lines if line.lstrip().startswith("op ") and "cases" in line)
     add, sampling = table_rows(out, "add")[-1], table_rows(out, "topk_topp_sampling")[-1]
