@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/add_rms_norm.h"
 #include "core/operator.h"
@@ -61,25 +62,25 @@ class Operator<AddRmsNorm, Device::Type::kAscend, 1> : public AddRmsNorm {
     const ascend::Step y_from_x1{&y_from_x1_,
                                  "aclnnInplaceCopy",
                                  {Operand::Ref(*y_out), Operand::In(x1)},
-                                 &PrepareCopy,
+                                 &ascend::PrepareInplaceCopy,
                                  nullptr,
                                  copy};
     const ascend::Step y_from_x2{&y_from_x2_,
                                  "aclnnInplaceCopy",
                                  {Operand::Ref(*y_out), Operand::In(x2)},
-                                 &PrepareCopy,
+                                 &ascend::PrepareInplaceCopy,
                                  nullptr,
                                  copy};
     const ascend::Step x_from_x1{&x_from_x1_,
                                  "aclnnInplaceCopy",
                                  {Operand::Ref(*x_out), Operand::In(x1)},
-                                 &PrepareCopy,
+                                 &ascend::PrepareInplaceCopy,
                                  nullptr,
                                  copy};
     const ascend::Step x_from_x2{&x_from_x2_,
                                  "aclnnInplaceCopy",
                                  {Operand::Ref(*x_out), Operand::In(x2)},
-                                 &PrepareCopy,
+                                 &ascend::PrepareInplaceCopy,
                                  nullptr,
                                  copy};
     const ascend::Step norm_step{
@@ -99,17 +100,6 @@ class Operator<AddRmsNorm, Device::Type::kAscend, 1> : public AddRmsNorm {
   }
 
  private:
-  static ascend::AclnnStatus PrepareCopy(void*, ascend::AclTensor* const* t,
-                                         uint64_t* workspace,
-                                         ascend::AclOpExecutor** executor) {
-    using Fn =
-        ascend::AclnnStatus (*)(ascend::AclTensor*, const ascend::AclTensor*,
-                                uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnInplaceCopyGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], workspace, executor);
-  }
-
   static ascend::AclnnStatus PrepareNorm(void* self,
                                          ascend::AclTensor* const* t,
                                          uint64_t* workspace,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/causal_softmax.h"
 #include "core/operator.h"
@@ -66,13 +67,13 @@ class Operator<CausalSoftmax, Device::Type::kAscend, 0> : public CausalSoftmax {
     const ascend::Step copy_step{&copy_,
                                  "aclnnInplaceCopy",
                                  {Operand::Ref(*out), Operand::In(input)},
-                                 &PrepareCopy,
+                                 &ascend::PrepareInplaceCopy,
                                  nullptr,
                                  copy};
     const ascend::Step mask_step{&mask_fill_,
                                  "aclnnInplaceMaskedFillScalar",
                                  {Operand::Ref(*out), Operand::In(mask_)},
-                                 &PrepareFill,
+                                 &ascend::PrepareInplaceMaskedFillScalar,
                                  neg_inf,
                                  fill};
     const ascend::Step softmax_step{&softmax_,
@@ -84,7 +85,7 @@ class Operator<CausalSoftmax, Device::Type::kAscend, 0> : public CausalSoftmax {
     const ascend::Step zero_step{&zero_fill_,
                                  "aclnnInplaceMaskedFillScalar",
                                  {Operand::Ref(*out), Operand::In(mask_)},
-                                 &PrepareFill,
+                                 &ascend::PrepareInplaceMaskedFillScalar,
                                  zero,
                                  fill};
     ascend::Step steps[4];
@@ -114,31 +115,6 @@ class Operator<CausalSoftmax, Device::Type::kAscend, 0> : public CausalSoftmax {
     mask_ = Tensor::FromParts(mask_memory_.data(), 2, shape, strides,
                               DataType::kBool, device_);
     uploaded_.store(true, std::memory_order_release);
-  }
-
-  static ascend::AclnnStatus PrepareCopy(void*, ascend::AclTensor* const* t,
-                                         uint64_t* workspace,
-                                         ascend::AclOpExecutor** executor) {
-    using Fn =
-        ascend::AclnnStatus (*)(ascend::AclTensor*, const ascend::AclTensor*,
-                                uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnInplaceCopyGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], workspace, executor);
-  }
-
-  // context: the ScalarHandle of the fill value.
-  static ascend::AclnnStatus PrepareFill(void* value,
-                                         ascend::AclTensor* const* t,
-                                         uint64_t* workspace,
-                                         ascend::AclOpExecutor** executor) {
-    using Fn = ascend::AclnnStatus (*)(
-        ascend::AclTensor*, const ascend::AclTensor*, const ascend::AclScalar*,
-        uint64_t*, ascend::AclOpExecutor**);
-    static const auto get = ascend::Phase1<Fn>(
-        "aclnnInplaceMaskedFillScalarGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], static_cast<ascend::ScalarHandle*>(value)->get(),
-               workspace, executor);
   }
 
   static ascend::AclnnStatus PrepareSoftmax(void*, ascend::AclTensor* const* t,

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/silu_and_mul.h"
 #include "core/operator.h"
@@ -38,50 +39,30 @@ class Operator<SiluAndMul, Device::Type::kAscend, 0> : public SiluAndMul {
     static const auto swiglu = ascend::Phase2("aclnnSwiGlu", "8.0.RC1");
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     using ascend::Operand;
-    auto* self = const_cast<Operator*>(this);
     const Operand x = copy_in_ ? Operand::ScratchIn(x_, 0) : Operand::In(input);
     const Operand y =
         copy_out_ ? Operand::Scratch(y_, out_offset_) : Operand::Out(*out);
-    const ascend::Step glu{&glu_,          "aclnnSwiGlu", {x, y},
-                           &PrepareSwiGlu, nullptr,       swiglu};
-    if (!copy_in_ && !copy_out_) {
-      ascend::RunSteps(kName, handle, 0, {glu});
-    } else if (!copy_out_) {
-      ascend::RunSteps(kName, handle, scratch_bytes_,
-                       {{&in_,
-                         "aclnnInplaceCopy",
-                         {Operand::ScratchRef(x_, 0), Operand::In(input)},
-                         &PrepareCopy,
-                         self,
-                         copy},
-                        glu});
-    } else if (!copy_in_) {
-      ascend::RunSteps(
-          kName, handle, scratch_bytes_,
-          {glu,
-           {&out_,
-            "aclnnInplaceCopy",
-            {Operand::Ref(*out), Operand::ScratchIn(y_, out_offset_)},
-            &PrepareCopy,
-            self,
-            copy}});
-    } else {
-      ascend::RunSteps(
-          kName, handle, scratch_bytes_,
-          {{&in_,
-            "aclnnInplaceCopy",
-            {Operand::ScratchRef(x_, 0), Operand::In(input)},
-            &PrepareCopy,
-            self,
-            copy},
-           glu,
-           {&out_,
-            "aclnnInplaceCopy",
-            {Operand::Ref(*out), Operand::ScratchIn(y_, out_offset_)},
-            &PrepareCopy,
-            self,
-            copy}});
-    }
+    const ascend::Step in_step{&in_,
+                               "aclnnInplaceCopy",
+                               {Operand::ScratchRef(x_, 0), Operand::In(input)},
+                               &ascend::PrepareInplaceCopy,
+                               nullptr,
+                               copy};
+    const ascend::Step glu_step{&glu_,          "aclnnSwiGlu", {x, y},
+                                &PrepareSwiGlu, nullptr,       swiglu};
+    const ascend::Step out_step{
+        &out_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*out), Operand::ScratchIn(y_, out_offset_)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    ascend::Step steps[3];
+    size_t count = 0;
+    if (copy_in_) steps[count++] = in_step;
+    steps[count++] = glu_step;
+    if (copy_out_) steps[count++] = out_step;
+    ascend::RunSteps(kName, handle, scratch_bytes_, steps, count);
   }
 
  private:
@@ -94,17 +75,6 @@ class Operator<SiluAndMul, Device::Type::kAscend, 0> : public SiluAndMul {
     static const auto get =
         ascend::Phase1<Fn>("aclnnSwiGluGetWorkspaceSize", "8.0.RC1");
     return get(t[0], -1, t[1], workspace, executor);
-  }
-
-  static ascend::AclnnStatus PrepareCopy(void*, ascend::AclTensor* const* t,
-                                         uint64_t* workspace,
-                                         ascend::AclOpExecutor** executor) {
-    using Fn =
-        ascend::AclnnStatus (*)(ascend::AclTensor*, const ascend::AclTensor*,
-                                uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnInplaceCopyGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], workspace, executor);
   }
 
   bool copy_in_;

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/swiglu.h"
 #include "core/operator.h"
@@ -43,7 +44,7 @@ class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
          {&mul_,
           "aclnnMul",
           {Operand::In(input), Operand::ScratchIn(tmp_, 0), Operand::Out(*out)},
-          &PrepareMul,
+          &ascend::PrepareMul,
           nullptr,
           mul}});
   }
@@ -58,17 +59,6 @@ class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
     static const auto get =
         ascend::Phase1<Fn>("aclnnSiluGetWorkspaceSize", "8.0.RC1");
     return get(t[0], t[1], workspace, executor);
-  }
-
-  static ascend::AclnnStatus PrepareMul(void*, ascend::AclTensor* const* t,
-                                        uint64_t* workspace,
-                                        ascend::AclOpExecutor** executor) {
-    using Fn = ascend::AclnnStatus (*)(
-        const ascend::AclTensor*, const ascend::AclTensor*, ascend::AclTensor*,
-        uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnMulGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], t[2], workspace, executor);
   }
 
   int64_t tmp_bytes_ = 0;
