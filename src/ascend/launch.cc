@@ -278,6 +278,8 @@ uint64_t ExecutorCache::Bind(const char* op, const char* api,
     }
     size_t end = i;
     while (end < count && operands[end].list == operands[i].list) ++end;
+    POLYOPS_CHECK(operands[i].list == static_cast<int>(lists_.size()),
+                  "polyops.", op, ": tensor lists must be numbered 0, 1, ...");
     AclTensorList* list = rt.create_tensor_list(tensors_.data() + i,
                                                 static_cast<uint64_t>(end - i));
     if (!list) {
@@ -286,8 +288,6 @@ uint64_t ExecutorCache::Bind(const char* op, const char* api,
                                         ": aclCreateTensorList failed: ",
                                         message ? message : "(no message)"));
     }
-    POLYOPS_CHECK(operands[i].list == static_cast<int>(lists_.size()),
-                  "polyops.", op, ": tensor lists must be numbered 0, 1, ...");
     lists_.push_back(list);
     for (size_t k = i; k < end; ++k) listed_[k] = true;
     i = end;
@@ -298,9 +298,9 @@ uint64_t ExecutorCache::Bind(const char* op, const char* api,
               api);
   // Repeatable, so later calls re-point the descriptors instead of running
   // phase 1 again; destroyed with the instance.
-  executor_ = executor;
   CheckStatus(rt.set_executor_repeatable(executor), op,
               "aclSetAclOpExecutorRepeatable");
+  executor_ = executor;
   workspace_size_ = workspace;
   return workspace;
 }
