@@ -505,9 +505,17 @@ def test_add_rms_norm_and_inplace(cann, dtype):
 @pytest.mark.parametrize("view", ["contiguous", "offset"])
 def test_swiglu_silu(cann, dtype, view):
     x = rand((3, 2, 16), dtype, scale=2, seed=12)
-    out = out_arg(cann, (3, 2, 8), dtype, view)
-    cann.run("aclnnSwiGlu", Arg(cann, x, view).desc, -1, out.desc)
     xd = x.double()
+    if view == "offset":
+        # aclnnSwiGlu takes contiguous x and out only (padded rows are not).
+        strided, plain = Arg(cann, x, view), Arg(cann, x)
+        padded_out = out_arg(cann, (3, 2, 8), dtype, view)
+        cann.expect_fail(
+            PARAM_INVALID, "aclnnSwiGlu", strided.desc, -1, out_arg(cann, (3, 2, 8), dtype).desc
+        )
+        cann.expect_fail(PARAM_INVALID, "aclnnSwiGlu", plain.desc, -1, padded_out.desc)
+    out = out_arg(cann, (3, 2, 8), dtype)
+    cann.run("aclnnSwiGlu", Arg(cann, x).desc, -1, out.desc)
     assert_close(out.result(), torch.nn.functional.silu(xd[..., :8]) * xd[..., 8:], dtype)
     out0 = out_arg(cann, (3, 1, 16), dtype)
     cann.run("aclnnSwiGlu", Arg(cann, x).desc, 1, out0.desc)

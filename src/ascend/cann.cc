@@ -135,12 +135,19 @@ void Load(Libraries& state) {
   Resolve(runtime, "libascendcl.so", "aclrtFree", rt.rt_free);
   Resolve(runtime, "libascendcl.so", "aclrtSynchronizeStream",
           rt.rt_synchronize_stream);
+  Resolve(runtime, "libascendcl.so", "aclrtSynchronizeDevice",
+          rt.rt_synchronize_device);
+  Resolve(runtime, "libascendcl.so", "aclrtMemcpy", rt.rt_memcpy);
   Resolve(runtime, "libascendcl.so", "aclGetRecentErrMsg",
           rt.get_recent_err_msg);
   Resolve(nnopbase, "libnnopbase.so", "aclCreateTensor", rt.create_tensor);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyTensor", rt.destroy_tensor);
   Resolve(nnopbase, "libnnopbase.so", "aclCreateScalar", rt.create_scalar);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyScalar", rt.destroy_scalar);
+  Resolve(nnopbase, "libnnopbase.so", "aclCreateTensorList",
+          rt.create_tensor_list);
+  Resolve(nnopbase, "libnnopbase.so", "aclDestroyTensorList",
+          rt.destroy_tensor_list);
   Resolve(nnopbase, "libnnopbase.so", "aclSetAclOpExecutorRepeatable",
           rt.set_executor_repeatable);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyAclOpExecutor",
@@ -149,6 +156,8 @@ void Load(Libraries& state) {
           rt.set_input_tensor_addr);
   Resolve(nnopbase, "libnnopbase.so", "aclSetOutputTensorAddr",
           rt.set_output_tensor_addr);
+  Resolve(nnopbase, "libnnopbase.so", "aclSetDynamicInputTensorAddr",
+          rt.set_dynamic_input_tensor_addr);
   // aclsysGetVersionStr(pkgName, versionStr): the package name and the
   // 128-byte buffer (ACL_PKG_VERSION_MAX_SIZE) are read from CANN's docs,
   // never checked on a real toolkit (docs/ascend.md).

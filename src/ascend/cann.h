@@ -37,7 +37,8 @@ enum class AclDataType : int32_t {
   kBFloat16 = 27,
 };
 
-inline constexpr int32_t kAclFormatNd = 2;  // aclFormat ACL_FORMAT_ND
+inline constexpr int32_t kAclFormatNd = 2;        // aclFormat ACL_FORMAT_ND
+inline constexpr int kAclMemcpyHostToDevice = 1;  // aclrtMemcpyKind
 
 // The runtime (libascendcl.so) and nnopbase (libnnopbase.so) functions the
 // backend uses, resolved together on first use.
@@ -45,6 +46,10 @@ struct Runtime {
   AclError (*rt_malloc)(void** dev_ptr, size_t size, int policy);
   AclError (*rt_free)(void* dev_ptr);
   AclError (*rt_synchronize_stream)(AclStream stream);
+  AclError (*rt_synchronize_device)();
+  // aclrtMemcpy(dst, destMax, src, count, kind): synchronous.
+  AclError (*rt_memcpy)(void* dst, size_t dest_max, const void* src,
+                        size_t count, int kind);
   const char* (*get_recent_err_msg)();
   AclTensor* (*create_tensor)(const int64_t* view_dims, uint64_t view_dims_num,
                               AclDataType data_type, const int64_t* stride,
@@ -54,12 +59,23 @@ struct Runtime {
   AclnnStatus (*destroy_tensor)(const AclTensor* tensor);
   AclScalar* (*create_scalar)(void* value, AclDataType data_type);
   AclnnStatus (*destroy_scalar)(const AclScalar* scalar);
+  // The list owns its tensors: aclDestroyTensorList destroys them (trap 13).
+  AclTensorList* (*create_tensor_list)(const AclTensor* const* value,
+                                       uint64_t size);
+  AclnnStatus (*destroy_tensor_list)(const AclTensorList* list);
   AclnnStatus (*set_executor_repeatable)(AclOpExecutor* executor);
   AclnnStatus (*destroy_executor)(AclOpExecutor* executor);
   AclnnStatus (*set_input_tensor_addr)(AclOpExecutor* executor, size_t index,
                                        AclTensor* tensor, void* addr);
   AclnnStatus (*set_output_tensor_addr)(AclOpExecutor* executor, size_t index,
                                         AclTensor* tensor, void* addr);
+  // Element `relative_index` of the tensor-list input `ir_index` (inputs
+  // counted per parameter, a list being one).
+  AclnnStatus (*set_dynamic_input_tensor_addr)(AclOpExecutor* executor,
+                                               size_t ir_index,
+                                               size_t relative_index,
+                                               AclTensorList* tensors,
+                                               void* addr);
   // The toolkit version from aclsysGetVersionStr ("8.5.0"), "" if unknown.
   std::string version;
   // Where the libraries were found, for messages.

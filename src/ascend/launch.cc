@@ -1,6 +1,8 @@
 #include "ascend/launch.h"
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -46,10 +48,50 @@ AclTensor* CreateTensor(const Runtime& rt, const Tensor& view,
   return tensor;
 }
 
+// A stream's pooled block: scratch operands, then the workspace. Its mutex
+// is held from binding to the last launch of a call, so the block cannot
+// move or be shared with another thread's call on the stream in between.
 struct Pool {
-  void* data = nullptr;
+  std::mutex mutex;
+  char* data = nullptr;
   uint64_t size = 0;
 };
+
+Pool& StreamPool(AclStream stream) {
+  static std::mutex* mutex = new std::mutex;
+  static auto* pools = new std::unordered_map<AclStream, std::unique_ptr<Pool>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  std::unique_ptr<Pool>& pool = (*pools)[stream];
+  if (!pool) pool = std::make_unique<Pool>();
+  return *pool;
+}
+
+// The pool's block grown to `bytes` (the caller holds pool.mutex).
+char* Reserve(Pool& pool, AclStream stream, uint64_t bytes) {
+  if (bytes == 0) return pool.data;
+  if (pool.size >= bytes) return pool.data;
+  const Runtime& rt = GetRuntime();
+  if (pool.data) {
+    // Queued work may still read the old block.
+    CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
+                "aclrtSynchronizeStream");
+    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
+    pool.data = nullptr;
+    pool.size = 0;
+  }
+  const uint64_t size = std::max<uint64_t>(bytes, 1 << 20);
+  void* data = nullptr;
+  CheckStatus(rt.rt_malloc(&data, size, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
+              "ascend", "aclrtMalloc");
+  pool.data = static_cast<char*>(data);
+  pool.size = size;
+  return pool.data;
+}
+
+uint64_t RoundScratch(int64_t bytes) {
+  return static_cast<uint64_t>((bytes + kScratchAlignment - 1) /
+                               kScratchAlignment * kScratchAlignment);
+}
 
 }  // namespace
 
@@ -94,27 +136,46 @@ AclScalar* ScalarOne(DataType dtype) {
   return scalar;
 }
 
+AclScalar* ScalarFloat(float value) {
+  const Runtime& rt = GetRuntime();
+  AclScalar* scalar = rt.create_scalar(&value, AclDataType::kFloat);
+  if (!scalar) {
+    const char* message = rt.get_recent_err_msg();
+    throw BackendError(detail::Concat("polyops: aclCreateScalar failed: ",
+                                      message ? message : "(no message)"));
+  }
+  return scalar;
+}
+
 void* StreamScratch(AclStream stream, uint64_t bytes) {
   if (bytes == 0) return nullptr;
-  static std::mutex* mutex = new std::mutex;
-  static auto* pools = new std::unordered_map<AclStream, Pool>;
-  std::lock_guard<std::mutex> lock(*mutex);
-  Pool& pool = (*pools)[stream];
-  if (pool.size >= bytes) return pool.data;
+  Pool& pool = StreamPool(stream);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  return Reserve(pool, stream, bytes);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (!data_ || !RuntimeLoaded()) return;
   const Runtime& rt = GetRuntime();
-  if (pool.data) {
-    // Queued work may still read the old block.
-    CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
-                "aclrtSynchronizeStream");
-    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
-    pool = Pool{};
-  }
-  const uint64_t size = std::max<uint64_t>(bytes, 1 << 20);
+  // Work queued on any stream may still read the buffer; errors are not
+  // reported from a destructor.
+  rt.rt_synchronize_device();
+  rt.rt_free(data_);
+}
+
+void DeviceBuffer::Upload(const void* host, size_t bytes) {
+  const Runtime& rt = GetRuntime();
   void* data = nullptr;
-  CheckStatus(rt.rt_malloc(&data, size, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
+  CheckStatus(rt.rt_malloc(&data, std::max<size_t>(bytes, 1),
+                           /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
               "ascend", "aclrtMalloc");
-  pool = Pool{data, size};
-  return data;
+  const AclError status =
+      rt.rt_memcpy(data, bytes, host, bytes, kAclMemcpyHostToDevice);
+  if (status != 0) {
+    rt.rt_free(data);
+    CheckStatus(status, "ascend", "aclrtMemcpy");
+  }
+  data_ = data;
 }
 
 ExecutorCache::~ExecutorCache() {
@@ -126,89 +187,208 @@ ExecutorCache::~ExecutorCache() {
 void ExecutorCache::Release() {
   const Runtime& rt = GetRuntime();
   if (executor_) rt.destroy_executor(executor_);
-  for (AclTensor* tensor : tensors_) rt.destroy_tensor(tensor);
+  // A list destroys its tensors (trap 13); the others go one by one.
+  for (AclTensorList* list : lists_) rt.destroy_tensor_list(list);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!listed_[i]) rt.destroy_tensor(tensors_[i]);
+  }
   executor_ = nullptr;
+  workspace_size_ = 0;
   tensors_.clear();
+  listed_.clear();
+  lists_.clear();
+  slots_.clear();
   offsets_.clear();
+}
+
+void ExecutorCache::Point(const char* op, size_t i, void* base) {
+  const Runtime& rt = GetRuntime();
+  const Slot& slot = slots_[i];
+  if (slot.ir >= 0) {
+    CheckStatus(rt.set_dynamic_input_tensor_addr(
+                    executor_, static_cast<size_t>(slot.ir),
+                    static_cast<size_t>(slot.element), lists_[slot.list], base),
+                op, "aclSetDynamicInputTensorAddr");
+  } else if (slot.input >= 0) {
+    CheckStatus(
+        rt.set_input_tensor_addr(executor_, static_cast<size_t>(slot.input),
+                                 tensors_[i], base),
+        op, "aclSetInputTensorAddr");
+  }
+  if (slot.output >= 0) {
+    CheckStatus(
+        rt.set_output_tensor_addr(executor_, static_cast<size_t>(slot.output),
+                                  tensors_[i], base),
+        op, "aclSetOutputTensorAddr");
+  }
+}
+
+uint64_t ExecutorCache::Bind(const char* op, const char* api,
+                             const Operand* operands, size_t count,
+                             char* scratch, PrepareFn prepare, void* context) {
+  const Runtime& rt = GetRuntime();
+  std::vector<Tensor> views;
+  std::vector<Placement> places;
+  views.reserve(count);
+  places.reserve(count);
+  bool fits = executor_ != nullptr && offsets_.size() == count;
+  for (size_t i = 0; i < count; ++i) {
+    const Operand& operand = operands[i];
+    views.push_back(
+        operand.scratch_offset >= 0
+            ? operand.view.WithData(scratch + operand.scratch_offset)
+            : operand.view);
+    places.push_back(Place(views.back(), op));
+    fits = fits && offsets_[i] == places.back().offset;
+  }
+  if (fits) {
+    for (size_t i = 0; i < count; ++i) Point(op, i, places[i].base);
+    return workspace_size_;
+  }
+  Release();
+  // The setters' index spaces: inputs and outputs in parameter order (a
+  // Ref parameter in both), list elements by (parameter, element).
+  int64_t inputs = 0, outputs = 0, ir = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Operand& operand = operands[i];
+    Slot slot;
+    if (operand.list >= 0) {
+      const bool first = i == 0 || operands[i - 1].list != operand.list;
+      slot.list = operand.list;
+      slot.ir = first ? ir++ : slots_.back().ir;
+      slot.element = first ? 0 : slots_.back().element + 1;
+      slot.input = inputs++;
+    } else {
+      if (operand.input) {
+        slot.input = inputs++;
+        ++ir;
+      }
+      if (!operand.input || operand.ref) slot.output = outputs++;
+    }
+    slots_.push_back(slot);
+    tensors_.push_back(CreateTensor(rt, views[i], places[i], op));
+    listed_.push_back(false);
+    offsets_.push_back(places[i].offset);
+  }
+  // Lists, in order of their first element.
+  for (size_t i = 0; i < count;) {
+    if (operands[i].list < 0) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < count && operands[end].list == operands[i].list) ++end;
+    POLYOPS_CHECK(operands[i].list == static_cast<int>(lists_.size()),
+                  "polyops.", op, ": tensor lists must be numbered 0, 1, ...");
+    AclTensorList* list = rt.create_tensor_list(tensors_.data() + i,
+                                                static_cast<uint64_t>(end - i));
+    if (!list) {
+      const char* message = rt.get_recent_err_msg();
+      throw BackendError(detail::Concat("polyops.", op,
+                                        ": aclCreateTensorList failed: ",
+                                        message ? message : "(no message)"));
+    }
+    lists_.push_back(list);
+    for (size_t k = i; k < end; ++k) listed_[k] = true;
+    i = end;
+  }
+  uint64_t workspace = 0;
+  AclOpExecutor* executor = nullptr;
+  CheckStatus(prepare(context, tensors_.data(), &workspace, &executor), op,
+              api);
+  // Repeatable, so later calls re-point the descriptors instead of running
+  // phase 1 again; destroyed with the instance.
+  CheckStatus(rt.set_executor_repeatable(executor), op,
+              "aclSetAclOpExecutorRepeatable");
+  executor_ = executor;
+  workspace_size_ = workspace;
+  return workspace;
+}
+
+void ExecutorCache::MoveScratch(const char* op, const Operand* operands,
+                                size_t count, char* scratch) {
+  // The block is aligned, so the scratch views keep their placement.
+  for (size_t i = 0; i < count; ++i) {
+    if (operands[i].scratch_offset >= 0) {
+      Point(op, i, scratch + operands[i].scratch_offset);
+    }
+  }
 }
 
 void ExecutorCache::Run(const char* op, const char* api, const Handle& handle,
                         std::initializer_list<Operand> operands,
                         int64_t scratch_bytes, PrepareFn prepare, void* context,
                         LaunchFn launch) {
-  const Runtime& rt = GetRuntime();
-  std::lock_guard<std::mutex> lock(mutex_);
-  // The workspace sits after the scratch operands in one pooled block; its
-  // size is known only after phase 1, so the block may move once more below.
-  const auto scratch_size =
-      static_cast<uint64_t>((scratch_bytes + kScratchAlignment - 1) /
-                            kScratchAlignment * kScratchAlignment);
-  char* scratch =
-      static_cast<char*>(StreamScratch(handle.stream, scratch_size));
-  std::vector<Operand> resolved(operands);
-  for (Operand& operand : resolved) {
-    if (operand.scratch_offset >= 0) {
-      operand.view = operand.view.WithData(scratch + operand.scratch_offset);
-    }
+  const Launch one{this,    api,   operands.begin(), operands.size(), prepare,
+                   context, launch};
+  RunLaunches(op, handle, scratch_bytes, &one, 1);
+}
+
+void ExecutorCache::Run(const char* op, const char* api, const Handle& handle,
+                        const std::vector<Operand>& operands,
+                        int64_t scratch_bytes, PrepareFn prepare, void* context,
+                        LaunchFn launch) {
+  const Launch one{this,    api,     operands.data(), operands.size(),
+                   prepare, context, launch};
+  RunLaunches(op, handle, scratch_bytes, &one, 1);
+}
+
+void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
+              std::initializer_list<Step> steps) {
+  RunSteps(op, handle, scratch_bytes, steps.begin(), steps.size());
+}
+
+void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
+              const Step* steps, size_t count) {
+  constexpr size_t kMaxSteps = 8;
+  POLYOPS_CHECK(count <= kMaxSteps, "polyops.", op, ": more than ", kMaxSteps,
+                " launches in one call");
+  ExecutorCache::Launch launches[kMaxSteps];
+  for (size_t i = 0; i < count; ++i) {
+    const Step& step = steps[i];
+    launches[i] = {step.cache,           step.api,     step.operands.begin(),
+                   step.operands.size(), step.prepare, step.context,
+                   step.launch};
   }
-  std::vector<Placement> places;
-  places.reserve(resolved.size());
-  bool fits = executor_ != nullptr && offsets_.size() == resolved.size();
-  for (size_t i = 0; i < resolved.size(); ++i) {
-    places.push_back(Place(resolved[i].view, op));
-    fits = fits && offsets_[i] == places.back().offset;
+  ExecutorCache::RunLaunches(op, handle, scratch_bytes, launches, count);
+}
+
+void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
+                                int64_t scratch_bytes, const Launch* launches,
+                                size_t count) {
+  GetRuntime();
+  Pool& pool = StreamPool(handle.stream);
+  // Lock order: the stream's pool, then the caches in step order.
+  std::lock_guard<std::mutex> pool_lock(pool.mutex);
+  std::unique_lock<std::mutex> locks[8];
+  for (size_t i = 0; i < count; ++i) {
+    locks[i] = std::unique_lock<std::mutex>(launches[i].cache->mutex_);
   }
-  if (!fits) {
-    Release();
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      tensors_.push_back(CreateTensor(rt, resolved[i].view, places[i], op));
-      offsets_.push_back(places[i].offset);
-    }
-    uint64_t workspace = 0;
-    AclOpExecutor* executor = nullptr;
-    CheckStatus(prepare(context, tensors_.data(), &workspace, &executor), op,
-                api);
-    // Repeatable, so later calls re-point the descriptors instead of
-    // running phase 1 again; destroyed with the instance.
-    CheckStatus(rt.set_executor_repeatable(executor), op,
-                "aclSetAclOpExecutorRepeatable");
-    executor_ = executor;
-    workspace_size_ = workspace;
-  } else {
-    size_t input = 0, output = 0;
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      const AclnnStatus status =
-          resolved[i].input
-              ? rt.set_input_tensor_addr(executor_, input++, tensors_[i],
-                                         places[i].base)
-              : rt.set_output_tensor_addr(executor_, output++, tensors_[i],
-                                          places[i].base);
-      CheckStatus(status, op,
-                  resolved[i].input ? "aclSetInputTensorAddr"
-                                    : "aclSetOutputTensorAddr");
-    }
+  const uint64_t scratch_size = RoundScratch(scratch_bytes);
+  char* scratch = Reserve(pool, handle.stream, scratch_size);
+  uint64_t workspace = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Launch& l = launches[i];
+    workspace =
+        std::max(workspace, l.cache->Bind(op, l.api, l.operands, l.count,
+                                          scratch, l.prepare, l.context));
   }
-  char* block = static_cast<char*>(
-      StreamScratch(handle.stream, scratch_size + workspace_size_));
+  // Nothing of this call is queued yet, so growing the block (which
+  // synchronizes the stream and frees the old one) loses no scratch data.
+  char* block = Reserve(pool, handle.stream, scratch_size + workspace);
   if (scratch_size > 0 && block != scratch) {
-    // The pool grew for the workspace: point the scratch operands at the
-    // new block (their offsets from alignment are unchanged: the block is
-    // aligned).
-    size_t input = 0, output = 0;
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      if (resolved[i].scratch_offset < 0) {
-        (resolved[i].input ? input : output)++;
-        continue;
-      }
-      void* address = block + resolved[i].scratch_offset;
-      CheckStatus(
-          rt.set_output_tensor_addr(executor_, output++, tensors_[i], address),
-          op, "aclSetOutputTensorAddr");
+    for (size_t i = 0; i < count; ++i) {
+      launches[i].cache->MoveScratch(op, launches[i].operands,
+                                     launches[i].count, block);
     }
   }
-  void* workspace = workspace_size_ ? block + scratch_size : nullptr;
-  CheckStatus(launch(workspace, workspace_size_, executor_, handle.stream), op,
-              api);
+  for (size_t i = 0; i < count; ++i) {
+    const Launch& l = launches[i];
+    const uint64_t size = l.cache->workspace_size_;
+    CheckStatus(l.launch(size ? block + scratch_size : nullptr, size,
+                         l.cache->executor_, handle.stream),
+                op, l.api);
+  }
 }
 
 }  // namespace polyops::ascend

@@ -18,17 +18,35 @@ namespace polyops::ascend {
 AclDataType ToAcl(DataType dtype);
 
 // One tensor argument of an aclnn call. An input or output view of the
-// caller's, or `scratch`: polyops-owned device memory (rms_norm's rstd)
-// placed in the stream's pool at byte offset `scratch_offset`.
+// caller's, or `scratch`: polyops-owned device memory (rms_norm's rstd, an
+// intermediate between two launches) placed in the stream's pool at byte
+// offset `scratch_offset`. `ref`: an in-place (*Ref) parameter, both an input
+// and an output of the executor, re-pointed in both index spaces. `list` >= 0:
+// an element of the op's tensor-list parameter number `list` (consecutive
+// operands with the same number form one aclTensorList, in order; prepare
+// gets it from ExecutorCache::list).
 struct Operand {
   Tensor view;
   bool input = true;
   int64_t scratch_offset = -1;
+  bool ref = false;
+  int list = -1;
 
   static Operand In(const Tensor& view) { return {view, true, -1}; }
   static Operand Out(const Tensor& view) { return {view, false, -1}; }
+  static Operand Ref(const Tensor& view) { return {view, true, -1, true}; }
+  static Operand ListIn(const Tensor& view, int list) {
+    return {view, true, -1, false, list};
+  }
+  // Scratch operands: `shape_and_dtype` gives the view (its data is ignored).
   static Operand Scratch(const Tensor& shape_and_dtype, int64_t offset) {
     return {shape_and_dtype, false, offset};
+  }
+  static Operand ScratchIn(const Tensor& shape_and_dtype, int64_t offset) {
+    return {shape_and_dtype, true, offset};
+  }
+  static Operand ScratchRef(const Tensor& shape_and_dtype, int64_t offset) {
+    return {shape_and_dtype, true, offset, true};
   }
 };
 
@@ -40,6 +58,23 @@ using PrepareFn = AclnnStatus (*)(void* context, AclTensor* const* tensors,
 // Phase 2: aclnnXxx(workspace, size, executor, stream).
 using LaunchFn = AclnnStatus (*)(void* workspace, uint64_t workspace_size,
                                  AclOpExecutor* executor, AclStream stream);
+
+class ExecutorCache;
+
+// One aclnn launch of an op that needs several (causal_softmax: copy, masked
+// fill, softmax): its executor cache, API name, operands, phase 1 and 2.
+// `operands` views a braced list, which lives as long as the Step built
+// from it: write Steps inside RunSteps' braces or as named variables
+// (copies of a named Step are fine while it lives), never assign one from a
+// temporary.
+struct Step {
+  ExecutorCache* cache;
+  const char* api;
+  std::initializer_list<Operand> operands;
+  PrepareFn prepare;
+  void* context;
+  LaunchFn launch;
+};
 
 // The descriptors and executor one cached instance keeps. Instances are
 // shared by threads, so a call holds the lock from re-pointing to the
@@ -57,15 +92,90 @@ class ExecutorCache {
   void Run(const char* op, const char* api, const Handle& handle,
            std::initializer_list<Operand> operands, int64_t scratch_bytes,
            PrepareFn prepare, void* context, LaunchFn launch);
+  // The same with a run-time number of operands (cat's tensor list).
+  void Run(const char* op, const char* api, const Handle& handle,
+           const std::vector<Operand>& operands, int64_t scratch_bytes,
+           PrepareFn prepare, void* context, LaunchFn launch);
+
+  // Tensor-list parameter `index` of the executor being prepared (for
+  // prepare only; the cache owns it and its tensors).
+  AclTensorList* list(int index) const { return lists_.at(index); }
 
  private:
+  friend void RunSteps(const char* op, const Handle& handle,
+                       int64_t scratch_bytes, const Step* steps, size_t count);
+  // A step as RunLaunches takes it.
+  struct Launch {
+    ExecutorCache* cache;
+    const char* api;
+    const Operand* operands;
+    size_t count;
+    PrepareFn prepare;
+    void* context;
+    LaunchFn launch;
+  };
+  static void RunLaunches(const char* op, const Handle& handle,
+                          int64_t scratch_bytes, const Launch* launches,
+                          size_t count);
+  // Where an operand goes in the executor's address-setter index spaces.
+  struct Slot {
+    int64_t input = -1;    // aclSetInputTensorAddr index
+    int64_t output = -1;   // aclSetOutputTensorAddr index
+    int64_t ir = -1;       // list element: aclSetDynamicInputTensorAddr
+    int64_t element = -1;  // irIndex and relativeIndex
+    int list = -1;
+  };
+
+  // Phase 1, or re-pointing the cached executor at these views (scratch
+  // operands resolved against `scratch`); returns the workspace size. The
+  // caller holds mutex_.
+  uint64_t Bind(const char* op, const char* api, const Operand* operands,
+                size_t count, char* scratch, PrepareFn prepare, void* context);
+  // Points the scratch operands at `scratch` (the pool moved).
+  void MoveScratch(const char* op, const Operand* operands, size_t count,
+                   char* scratch);
+  void Point(const char* op, size_t i, void* base);
   void Release();
 
   std::mutex mutex_;
   std::vector<AclTensor*> tensors_;
+  std::vector<bool> listed_;  // tensors_[i] is owned by a list
+  std::vector<AclTensorList*> lists_;
+  std::vector<Slot> slots_;
   std::vector<int64_t> offsets_;  // element offsets the descriptors hold
   AclOpExecutor* executor_ = nullptr;
   uint64_t workspace_size_ = 0;
+};
+
+// Runs several launches in order on handle.stream as one unit: the stream's
+// pool is held for the whole sequence, so scratch operands may carry data
+// from one step to the next (`scratch_bytes` is the scratch all steps
+// share), every step's executor is bound before the first launch, and the
+// pool grows, if it must, before anything is queued. Each step needs its
+// own ExecutorCache.
+void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
+              std::initializer_list<Step> steps);
+// The same for steps chosen at run time (at most 8).
+void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
+              const Step* steps, size_t count);
+
+// Device memory an instance owns (causal_softmax's mask), freed with it.
+// Freeing synchronizes the device first: queued work may still read it
+// (instances die on eviction or clear_cache, never on a hot path).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  // Allocates `bytes` on the current device and copies `host` into it
+  // (aclrtMalloc + one synchronous aclrtMemcpy).
+  void Upload(const void* host, size_t bytes);
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
 };
 
 // An aclnn operator's phase-1 (GetWorkspaceSize) function of type Fn, and
@@ -76,6 +186,37 @@ Fn Phase1(const char* name, const char* since) {
 }
 inline LaunchFn Phase2(const char* name, const char* since) {
   return reinterpret_cast<LaunchFn>(OpSymbol(name, since));
+}
+
+// rstdOut of aclnnRmsNorm / aclnnAddRmsNorm (mandatory, never returned by
+// polyops): FLOAT32, x's shape with the normalized last dim set to 1,
+// contiguous; *bytes gets its size. Its data is placed in scratch per call.
+inline Tensor RstdView(const Tensor& x, int64_t* bytes) {
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];
+  int64_t rows = 1;
+  for (int d = x.ndim() - 1; d >= 0; --d) {
+    shape[d] = d == x.ndim() - 1 ? 1 : x.size(d);
+    strides[d] = rows;
+    rows *= shape[d];
+  }
+  *bytes = rows * static_cast<int64_t>(sizeof(float));
+  return Tensor::FromParts(nullptr, x.ndim(), shape, strides,
+                           DataType::kFloat32, x.device());
+}
+
+// A contiguous view of `shape_of`'s shape and dtype with no data (a scratch
+// operand's shape).
+inline Tensor ContiguousLike(const Tensor& shape_of, int64_t* bytes) {
+  int64_t strides[kMaxDims];
+  int64_t numel = 1;
+  for (int d = shape_of.ndim() - 1; d >= 0; --d) {
+    strides[d] = numel;
+    numel *= shape_of.size(d);
+  }
+  *bytes = numel * shape_of.element_size();
+  return Tensor::FromParts(nullptr, shape_of.ndim(), shape_of.shape(), strides,
+                           shape_of.dtype(), shape_of.device());
 }
 
 // An aclScalar owned by an instance (CANN copies the value at creation).
@@ -96,6 +237,8 @@ class ScalarHandle {
 // 1 as the aclScalar aclnnAdd's alpha wants: float for floating tensors,
 // int64 for integer ones.
 AclScalar* ScalarOne(DataType dtype);
+// A FLOAT aclScalar (masked-fill values: -inf, 0).
+AclScalar* ScalarFloat(float value);
 
 // Device memory of at least `bytes` for work queued on `stream`, reused by
 // later calls on that stream. Growing it synchronizes the stream first, so

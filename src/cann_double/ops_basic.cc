@@ -560,6 +560,9 @@ DOUBLE_API aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor* x,
   TensorView half = vx;
   half.dims[d] /= 2;
   CheckSame(b, b.V(so), half, "out");
+  // aclnnSwiGlu.md: x and out must be contiguous (non-contiguous "x").
+  b.Check(vx.IsContiguous() && b.V(so).IsContiguous(), kParamInvalid,
+          "x and out must be contiguous tensors");
   return b.Launch(kElementwiseWorkspace, [=](const std::vector<TensorView>& v) {
     TensorView gate = v[sx];
     gate.dims[d] /= 2;

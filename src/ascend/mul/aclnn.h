@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/mul.h"
 #include "core/operator.h"
@@ -24,21 +25,10 @@ class Operator<Mul, Device::Type::kAscend, 0> : public Mul {
     executor_.Run(kName, "aclnnMul", handle,
                   {ascend::Operand::In(input), ascend::Operand::In(other),
                    ascend::Operand::Out(*out)},
-                  0, &Prepare, nullptr, launch);
+                  0, &ascend::PrepareMul, nullptr, launch);
   }
 
  private:
-  static ascend::AclnnStatus Prepare(void*, ascend::AclTensor* const* t,
-                                     uint64_t* workspace,
-                                     ascend::AclOpExecutor** executor) {
-    using Fn = ascend::AclnnStatus (*)(
-        const ascend::AclTensor*, const ascend::AclTensor*, ascend::AclTensor*,
-        uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnMulGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], t[2], workspace, executor);
-  }
-
   mutable ascend::ExecutorCache executor_;
 };
 

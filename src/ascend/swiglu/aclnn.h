@@ -1,0 +1,71 @@
+#ifndef POLYOPS_ASCEND_SWIGLU_ACLNN_H_
+#define POLYOPS_ASCEND_SWIGLU_ACLNN_H_
+
+#include <optional>
+
+#include "ascend/aclnn_prepare.h"
+#include "ascend/launch.h"
+#include "base/swiglu.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: out = input * silu(gate) as aclnnSilu(gate, tmp) then
+// aclnnMul(input, tmp, out), tmp a contiguous scratch tensor of input's
+// dtype: two repeatable launches, any strides (both APIs take strided
+// views). silu(gate) is rounded to the dtype before the product, so fp16 /
+// bf16 results carry up to two roundings (within FLOAT32_COMPUTE; the
+// float32 path of the other backends rounds once). out may be input or gate:
+// gate is consumed by the first launch, and the product is elementwise.
+template <>
+class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+
+  Operator(const Tensor& input, const Tensor& gate,
+           const std::optional<Tensor>& out = std::nullopt)
+      : Swiglu(input, gate, out),
+        tmp_(ascend::ContiguousLike(input, &tmp_bytes_)) {}
+
+  void operator()(const Handle& handle, const Tensor& input, const Tensor& gate,
+                  const std::optional<Tensor>& out) const override {
+    if (out->numel() == 0) return;
+    static const auto silu = ascend::Phase2("aclnnSilu", "8.0.RC1");
+    static const auto mul = ascend::Phase2("aclnnMul", "8.0.RC1");
+    using ascend::Operand;
+    ascend::RunSteps(
+        kName, handle, tmp_bytes_,
+        {{&silu_,
+          "aclnnSilu",
+          {Operand::In(gate), Operand::Scratch(tmp_, 0)},
+          &PrepareSilu,
+          nullptr,
+          silu},
+         {&mul_,
+          "aclnnMul",
+          {Operand::In(input), Operand::ScratchIn(tmp_, 0), Operand::Out(*out)},
+          &ascend::PrepareMul,
+          nullptr,
+          mul}});
+  }
+
+ private:
+  static ascend::AclnnStatus PrepareSilu(void*, ascend::AclTensor* const* t,
+                                         uint64_t* workspace,
+                                         ascend::AclOpExecutor** executor) {
+    using Fn =
+        ascend::AclnnStatus (*)(const ascend::AclTensor*, ascend::AclTensor*,
+                                uint64_t*, ascend::AclOpExecutor**);
+    static const auto get =
+        ascend::Phase1<Fn>("aclnnSiluGetWorkspaceSize", "8.0.RC1");
+    return get(t[0], t[1], workspace, executor);
+  }
+
+  int64_t tmp_bytes_ = 0;
+  Tensor tmp_;  // silu(gate), contiguous, in scratch at 0
+  mutable ascend::ExecutorCache silu_, mul_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_SWIGLU_ACLNN_H_
