@@ -75,34 +75,38 @@ def test_host_copies_make_a_call_without_copy_or_sync():
     assert result["error"] < 1e-2
 
 
-def test_paged_attention_with_seq_lens_host_makes_no_copy_or_sync():
+@pytest.mark.parametrize(
+    "slot, api", [(0, FIA), (1, "aclnnIncreFlashAttentionV4")], ids=["fia_v3", "ifa_v4"]
+)
+def test_paged_attention_with_seq_lens_host_makes_no_copy_or_sync(slot, api):
     result = run_with_setup(
-        """
+        f"""
         lens = [5, 0, 77, 16]
         q = torch.randn(4, 8, 64, generator=gen).half()
         k, v = (torch.randn(sum(lens), 2, 64, generator=gen).half() for _ in range(2))
         kc, vc, table = paginate(k, v, lens, 16, gen)
         seq_lens = torch.tensor(lens, dtype=torch.int32)
         args = [t.to("npu") for t in (q, kc, vc, seq_lens, table)]
-        polyops.paged_attention(*args, seq_lens_host=seq_lens)
+        run = lambda **kw: polyops.paged_attention(*args, implementation_index={slot}, **kw)
+        run(seq_lens_host=seq_lens)
         clear_cann_calls()
-        out = polyops.paged_attention(*args, seq_lens_host=seq_lens)
+        out = run(seq_lens_host=seq_lens)
         hosted = cann_calls()
         clear_cann_calls()
-        polyops.paged_attention(*args)
+        run()
         fallback = cann_calls()
         expected = polyops.paged_attention(q, kc, vc, seq_lens, table)
-        report({
+        report({{
             "hosted": names(hosted),
             "fallback": names(fallback),
             "fallback_d2h": [c["bytes"] for c in memcpys(fallback, 2)],
             "error": (out.cpu().float() - expected.float()).abs().max().item(),
             "zero_row": out[1].cpu().abs().max().item(),
-        })
+        }})
         """
     )
     hosted = result["hosted"]
-    assert hosted.count(FIA) == 1, hosted
+    assert hosted.count(api) == 1 and hosted.count(api + "GetWorkspaceSize") == 1, hosted
     assert "aclrtSynchronizeStream" not in hosted and "aclrtMemcpy" not in hosted, hosted
     assert "aclrtSynchronizeStream" in result["fallback"]
     assert result["fallback_d2h"] == [16]

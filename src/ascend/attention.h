@@ -26,6 +26,11 @@ inline constexpr int64_t kFiaUnbounded = 2147483647;
 // The compressed causal mask of sparseMode 3 and 4: 2048 x 2048 bool,
 // 1 = masked, triu(diagonal=1); the kernel derives the pattern from it.
 inline constexpr int64_t kFiaMaskSize = 2048;
+// innerPrecise 2 = high precision with "row invalid" correction: a query
+// row the mask hides entirely gets zeros, polyops' rule. Read from the FIA
+// and IFA docs' description of values 0-3, not in ASCEND.md: unverified,
+// and the double ignores it.
+inline constexpr int64_t kFiaInnerPrecise = 2;
 
 // sparseMode values FIA takes (docs sparse_mode参数说明).
 enum class FiaSparseMode : int64_t {
@@ -54,6 +59,15 @@ struct FiaCall {
   int64_t next_tokens = kFiaUnbounded;
   int64_t block_size = 0;  // paged only
 };
+
+// FIA V3 and IFA V4 take float16 and bfloat16 queries (and int8, which
+// polyops does not use): NotImplementedError naming the dtype otherwise.
+inline void CheckFiaDtype(const char* op, const char* api, DataType dtype) {
+  POLYOPS_CHECK_T(dtype == DataType::kFloat16 || dtype == DataType::kBFloat16,
+                  NotImplemented, "polyops.", op, " on npu (", api,
+                  ") is not supported for dtype ", DataTypeName(dtype),
+                  ": the API takes float16 and bfloat16 queries only");
+}
 
 // A paged cache [num_blocks, block_size, N_kv, D] (D contiguous) as FIA
 // reads it: [num_blocks, block_size, N_kv * D] when heads and D merge
@@ -90,6 +104,28 @@ inline std::vector<int32_t> HostInts(const Handle& handle, const Tensor& device,
                values.size() * sizeof(int32_t), op);
   }
   return values;
+}
+
+// paged_attention's seq_lens on the host (HostInts), checked as the CPU
+// kernel checks them (ValueError): 0 <= seq_lens[b] <= max_blocks *
+// block_size. The block ids stay on the device, unchecked.
+inline std::vector<int64_t> CheckedSeqLens(const Handle& handle,
+                                           const Tensor& seq_lens,
+                                           const std::optional<Tensor>& host,
+                                           int64_t max_blocks,
+                                           int64_t block_size) {
+  const std::vector<int32_t> lens =
+      HostInts(handle, seq_lens, host, "paged_attention");
+  const char* name = host ? "seq_lens_host" : "seq_lens";
+  for (size_t b = 0; b < lens.size(); ++b) {
+    POLYOPS_CHECK(lens[b] >= 0, "polyops.paged_attention: ", name, "[", b,
+                  "] must be >= 0, got ", lens[b]);
+    POLYOPS_CHECK(lens[b] <= max_blocks * block_size,
+                  "polyops.paged_attention: sequence ", b, " has ", lens[b],
+                  " kv tokens, more than its block_table row holds (",
+                  max_blocks, " blocks of ", block_size, ")");
+  }
+  return std::vector<int64_t>(lens.begin(), lens.end());
 }
 
 inline void FillCausalMask(void* host, size_t /*bytes*/) {
@@ -154,11 +190,6 @@ inline void RunFusedInferAttention(const char* op, const Handle& handle,
   AclIntArray* q_ends = one.IntArray(call.q_ends);
   AclIntArray* kv_lengths = one.IntArray(call.kv_lengths);
   char layout[] = "TND";
-  // innerPrecise 2 = high precision with "row invalid" correction: a query
-  // row the mask hides entirely gets zeros, polyops' rule. Read from the
-  // FIA docs' description of values 0-3, not in ASCEND.md: unverified, and
-  // the double ignores it.
-  constexpr int64_t kInnerPrecise = 2;
   uint64_t workspace = 0;
   AclOpExecutor* executor = nullptr;
   const AclnnStatus status = get(
@@ -167,7 +198,7 @@ inline void RunFusedInferAttention(const char* op, const Handle& handle,
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
       nullptr, nullptr, nullptr, nullptr, call.num_heads, call.scale,
       call.pre_tokens, call.next_tokens, layout, call.num_kv_heads,
-      static_cast<int64_t>(call.sparse_mode), kInnerPrecise, call.block_size,
+      static_cast<int64_t>(call.sparse_mode), kFiaInnerPrecise, call.block_size,
       /*antiquant_mode=*/0, /*softmax_lse_flag=*/false,
       /*key_antiquant_mode=*/0, /*value_antiquant_mode=*/0, out,
       /*softmax_lse=*/nullptr, &workspace, &executor);

@@ -4,13 +4,42 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <tuple>
 
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/instance_cache.h"
 
 namespace polyops {
+
+// Checks cu_seqlens values once they are on the host (data, so at call
+// time, by every backend that reads them): both start at 0 and never
+// decrease, cu_seqlens_q ends at total_q and, unless total_kv < 0 (paged),
+// cu_seqlens_kv at total_kv. ValueError otherwise.
+inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
+                           int64_t batch, int64_t total_q, int64_t total_kv) {
+  constexpr const char* kOp = "flash_attention";
+  const int32_t* cus[2] = {cu_q, cu_kv};
+  const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
+  for (int k = 0; k < 2; ++k) {
+    POLYOPS_CHECK(cus[k][0] == 0, "polyops.", kOp, ": ", names[k],
+                  " must start at 0, got ", names[k], "[0] = ", cus[k][0]);
+    for (int64_t b = 0; b < batch; ++b) {
+      POLYOPS_CHECK(cus[k][b + 1] >= cus[k][b], "polyops.", kOp, ": ", names[k],
+                    " must be non-decreasing, got ", names[k], "[", b + 1,
+                    "] = ", cus[k][b + 1], " < ", names[k], "[", b,
+                    "] = ", cus[k][b]);
+    }
+  }
+  POLYOPS_CHECK(cu_q[batch] == total_q, "polyops.", kOp,
+                ": cu_seqlens_q must end at the number of query tokens ",
+                total_q, ", got cu_seqlens_q[", batch, "] = ", cu_q[batch]);
+  if (total_kv >= 0) {
+    POLYOPS_CHECK(cu_kv[batch] == total_kv, "polyops.", kOp,
+                  ": cu_seqlens_kv must end at the number of kv tokens ",
+                  total_kv, ", got cu_seqlens_kv[", batch,
+                  "] = ", cu_kv[batch]);
+  }
+}
 
 // flash_attention(query, key, value, *, cu_seqlens_q, ...) -> Tensor
 //
@@ -68,36 +97,6 @@ namespace polyops {
 // a NaN or inf value reaches the dims it is in, even at weight 0 (0 * inf
 // is NaN). Keys outside the causal mask and the window are not part of the
 // sum at all: whatever they hold, NaN included, never reaches the output.
-// Checks cu_seqlens values once they are on the host (data, so at call
-// time, by every backend that reads them): both start at 0 and never
-// decrease, cu_seqlens_q ends at total_q and, unless total_kv < 0 (paged),
-// cu_seqlens_kv at total_kv. ValueError otherwise.
-inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
-                           int64_t batch, int64_t total_q, int64_t total_kv) {
-  constexpr const char* kOp = "flash_attention";
-  const int32_t* cus[2] = {cu_q, cu_kv};
-  const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
-  for (int k = 0; k < 2; ++k) {
-    POLYOPS_CHECK(cus[k][0] == 0, "polyops.", kOp, ": ", names[k],
-                  " must start at 0, got ", names[k], "[0] = ", cus[k][0]);
-    for (int64_t b = 0; b < batch; ++b) {
-      POLYOPS_CHECK(cus[k][b + 1] >= cus[k][b], "polyops.", kOp, ": ", names[k],
-                    " must be non-decreasing, got ", names[k], "[", b + 1,
-                    "] = ", cus[k][b + 1], " < ", names[k], "[", b,
-                    "] = ", cus[k][b]);
-    }
-  }
-  POLYOPS_CHECK(cu_q[batch] == total_q, "polyops.", kOp,
-                ": cu_seqlens_q must end at the number of query tokens ",
-                total_q, ", got cu_seqlens_q[", batch, "] = ", cu_q[batch]);
-  if (total_kv >= 0) {
-    POLYOPS_CHECK(cu_kv[batch] == total_kv, "polyops.", kOp,
-                  ": cu_seqlens_kv must end at the number of kv tokens ",
-                  total_kv, ", got cu_seqlens_kv[", batch,
-                  "] = ", cu_kv[batch]);
-  }
-}
-
 class FlashAttention : public OperatorBase {
  public:
   static constexpr const char* kName = "flash_attention";
@@ -168,20 +167,15 @@ class FlashAttention : public OperatorBase {
     }
     CheckSameShape(kName, "cu_seqlens_kv", cu_seqlens_kv, "cu_seqlens_q",
                    cu_seqlens_q);
-    for (auto [name, host, device, ref_name] :
-         {std::tuple{"cu_seqlens_q_host", &cu_seqlens_q_host, &cu_seqlens_q,
-                     "cu_seqlens_q"},
-          std::tuple{"cu_seqlens_kv_host", &cu_seqlens_kv_host, &cu_seqlens_kv,
-                     "cu_seqlens_kv"}}) {
-      if (!host->has_value()) continue;
-      const Tensor& tensor = **host;
-      POLYOPS_CHECK(tensor.device().type == Device::Type::kCpu,
-                    "polyops.flash_attention: ", name,
-                    " must be a CPU tensor, got one on ",
-                    DeviceTypeName(tensor.device().type));
-      CheckSameDtype(kName, name, tensor, ref_name, *device);
-      CheckSameShape(kName, name, tensor, ref_name, *device);
-      CheckContiguous(kName, name, tensor);
+    CheckHostMirror(kName, "cu_seqlens_q_host", cu_seqlens_q_host,
+                    "cu_seqlens_q", cu_seqlens_q);
+    CheckHostMirror(kName, "cu_seqlens_kv_host", cu_seqlens_kv_host,
+                    "cu_seqlens_kv", cu_seqlens_kv);
+    if (cu_seqlens_q_host) {
+      CheckContiguous(kName, "cu_seqlens_q_host", *cu_seqlens_q_host);
+    }
+    if (cu_seqlens_kv_host) {
+      CheckContiguous(kName, "cu_seqlens_kv_host", *cu_seqlens_kv_host);
     }
     batch_ = cu_seqlens_q.size(0) - 1;
     if (paged_) {

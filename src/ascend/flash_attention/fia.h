@@ -52,11 +52,7 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
                        block_table, scale, causal, window_left, window_right,
                        sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
                        out) {
-    POLYOPS_CHECK_T(
-        dtype_ == DataType::kFloat16 || dtype_ == DataType::kBFloat16,
-        NotImplemented, "polyops.flash_attention on npu (", ascend::kFiaApi,
-        ") is not supported for dtype ", DataTypeName(dtype_),
-        ": the API takes float16 and bfloat16 queries only");
+    ascend::CheckFiaDtype(kName, ascend::kFiaApi, dtype_);
     // Causal hides every key right of the diagonal: a right window of 0.
     const int64_t left = window_left_;
     const int64_t right = causal_ ? 0 : window_right_;

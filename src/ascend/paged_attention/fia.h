@@ -40,11 +40,7 @@ class Operator<PagedAttention, Device::Type::kAscend, 0>
            const std::optional<Tensor>& out)
       : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
                        scale, seq_lens_host, block_table_host, out) {
-    POLYOPS_CHECK_T(
-        dtype_ == DataType::kFloat16 || dtype_ == DataType::kBFloat16,
-        NotImplemented, "polyops.paged_attention on npu (", ascend::kFiaApi,
-        ") is not supported for dtype ", DataTypeName(dtype_),
-        ": the API takes float16 and bfloat16 queries only");
+    ascend::CheckFiaDtype(kName, ascend::kFiaApi, dtype_);
     for (int64_t b = 1; b <= batch_; ++b) query_ends_.push_back(b);
   }
 
@@ -55,19 +51,9 @@ class Operator<PagedAttention, Device::Type::kAscend, 0>
                   const std::optional<Tensor>& seq_lens_host,
                   const std::optional<Tensor>&,
                   const std::optional<Tensor>& out) const override {
-    const std::vector<int32_t> lens =
-        ascend::HostInts(handle, seq_lens, seq_lens_host, kName);
     ascend::FiaCall call;
-    for (int64_t b = 0; b < batch_; ++b) {
-      const char* name = seq_lens_host ? "seq_lens_host" : "seq_lens";
-      POLYOPS_CHECK(lens[b] >= 0, "polyops.paged_attention: ", name, "[", b,
-                    "] must be >= 0, got ", lens[b]);
-      POLYOPS_CHECK(lens[b] <= max_blocks_ * block_size_,
-                    "polyops.paged_attention: sequence ", b, " has ", lens[b],
-                    " kv tokens, more than its block_table row holds (",
-                    max_blocks_, " blocks of ", block_size_, ")");
-      call.kv_lengths.push_back(lens[b]);
-    }
+    call.kv_lengths = ascend::CheckedSeqLens(handle, seq_lens, seq_lens_host,
+                                             max_blocks_, block_size_);
     if (out->numel() == 0) return;
     call.query = query;
     call.key = ascend::PagedCacheView(key_cache);
