@@ -75,6 +75,25 @@ def run_child(body: str, env: dict[str, str] | None = None) -> object:
 
 ASCEND_OPS = sorted(op for op in OPS if polyops.implementations(op, "npu"))
 
+# Ops whose Ascend slot refuses every input on purpose, with the reason
+# (NotImplementedError): no aclnn route gives polyops' result.
+REFUSED_ON_NPU = {
+    "topk_topp_sampling": "bit-exact tokens by contract; aclnnApplyTopKTopP only filters",
+}
+
+# (op, case): where the aclnn API (as the double implements it) departs from
+# polyops' contract in a way polyops cannot detect without reading the data.
+# Expected to fail exactly there, on NaN/inf positions, so that a fix or a new
+# deviation shows up; listed in docs/ascend.md.
+KNOWN_DEVIATIONS = {
+    ("flash_attention", "prefill-128x16/4x128-nan-inf"): (
+        "FIA: a query row with a NaN or +inf score is 0, polyops wants NaN"
+    ),
+    ("paged_attention", "decode-8x32/8x128-b16-nan-inf"): (
+        "FIA: a query row with a NaN or +inf score is 0, polyops wants NaN"
+    ),
+}
+
 
 @pytest.fixture(scope="module")
 def npu_records() -> list[dict]:
@@ -99,9 +118,16 @@ def test_every_ascend_slot_is_in_the_parity_run(npu_records):
 def test_npu_parity_against_float64_and_cpu(npu_records, op):
     records = [r for r in npu_records if r["op"] == op and r["device"] == "npu"]
     assert records
+    if op in REFUSED_ON_NPU:
+        for r in records:
+            assert r["status"] == "n/a" and "not supported on npu" in r["message"], r
+        return
     compared = 0
     for r in records:
         where = f"{op} npu:{r['slot']} {r['dtype']} {r['case']}"
+        if (op, r["case"]) in KNOWN_DEVIATIONS and r["status"] != "n/a":
+            assert r["status"] == "fail" and "NaN/inf positions" in r["message"], where
+            continue
         if r["status"] == "n/a":
             # Only a dtype the aclnn API lacks may be n/a, and it says so.
             assert "NotImplementedError" in r["message"] and r["dtype"] in r["message"], where

@@ -326,6 +326,48 @@ def test_flash_attention_bad_arguments(gen):
         fa(q, k, v, cu_seqlens_q=cu_q)  # and required
 
 
+@pytest.mark.parametrize("slot", slot_params(FA))
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_flash_attention_host_copies_identical(paged, slot, gen):
+    q_lens, kv_lens = [1, 7, 40], [5, 7, 90]
+    q, k, v, cu_q, cu_kv = make_inputs(q_lens, kv_lens, 4, 2, 64, BF16, gen)
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, implementation_index=slot)
+    if paged:
+        k, v, args["block_table"] = paginate(k, v, kv_lens, 8, gen)
+    plain = polyops.flash_attention(q, k, v, **args)
+    hosted = polyops.flash_attention(
+        q, k, v, cu_seqlens_q_host=cu_q.clone(), cu_seqlens_kv_host=cu_kv.clone(), **args
+    )
+    assert torch.equal(hosted, plain)
+
+
+def test_flash_attention_host_copies_checked(gen):
+    q, k, v, cu_q, cu_kv = make_inputs([3, 4], [3, 4], 4, 2, 64, F32, gen)
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv)
+
+    def raises(match, **kwargs):
+        with pytest.raises(ValueError, match=r"polyops\.flash_attention" + match):
+            polyops.flash_attention(q, k, v, **{**args, **kwargs})
+
+    raises(
+        r": cu_seqlens_q_host must have the dtype of cu_seqlens_q", cu_seqlens_q_host=cu_q.long()
+    )
+    raises(
+        r": cu_seqlens_kv_host must have the shape of cu_seqlens_kv", cu_seqlens_kv_host=cu_kv[:2]
+    )
+    raises(r": cu_seqlens_q_host must be contiguous", cu_seqlens_q_host=cu_q.repeat(2)[::2])
+    # On CPU both sides are host memory, so a copy that disagrees is caught.
+    raises(
+        r": cu_seqlens_kv_host must hold the values of cu_seqlens_kv, but cu_seqlens_kv_host\[1\] "
+        r"= 2 and cu_seqlens_kv\[1\] = 3",
+        cu_seqlens_kv_host=torch.tensor([0, 2, 7], dtype=torch.int32),
+    )
+    raises(
+        r": cu_seqlens_q_host must hold the values of cu_seqlens_q, but cu_seqlens_q_host\[1\] = 4",
+        cu_seqlens_q_host=torch.tensor([0, 4, 7], dtype=torch.int32),
+    )
+
+
 # ---------------------------------------------------------------------------
 # paged_attention
 

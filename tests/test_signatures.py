@@ -44,7 +44,8 @@ CONTRACT = {
     "gemm": "(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None)",
     "linear": "(input, weight, bias=None, *, out=None)",
     "flash_attention": "(query, key, value, *, cu_seqlens_q, cu_seqlens_kv, block_table=None, "
-    "scale=None, causal=True, window_left=-1, window_right=-1, sliding_window=None, out=None)",
+    "scale=None, causal=True, window_left=-1, window_right=-1, sliding_window=None, "
+    "cu_seqlens_q_host=None, cu_seqlens_kv_host=None, out=None)",
     "paged_attention": "(query, key_cache, value_cache, seq_lens, block_table, *, scale=None, "
     "seq_lens_host=None, block_table_host=None, out=None)",
 }

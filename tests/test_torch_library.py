@@ -250,7 +250,8 @@ def test_schema_matches_the_python_signature():
         "polyops::flash_attention(Tensor query, Tensor key, Tensor value, *, "
         "Tensor cu_seqlens_q, Tensor cu_seqlens_kv, Tensor? block_table=None, "
         "float? scale=None, bool causal=True, int window_left=-1, int window_right=-1, "
-        "int? sliding_window=None, int? implementation_index=None) -> Tensor"
+        "int? sliding_window=None, Tensor? cu_seqlens_q_host=None, "
+        "Tensor? cu_seqlens_kv_host=None, int? implementation_index=None) -> Tensor"
     )
     assert str(ops.rotary_embedding.default._schema) == (
         "polyops::rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, "

@@ -93,6 +93,13 @@ const Runtime& GetRuntime();
 // loaded CANN version and `since`, the first CANN version that has it.
 void* OpSymbol(const char* name, const char* since);
 
+// A function of the runtime (libascendcl.so) or nnopbase (libnnopbase.so)
+// that Runtime does not carry (aclrtMemcpy, aclCreateIntArray, ...), by
+// name, resolved once and cached: ops that need more of CANN's common API
+// look it up here instead of growing Runtime. Missing: BackendError naming
+// the symbol and the libraries searched.
+void* CommonSymbol(const char* name);
+
 // Throws BackendError for a non-zero status, with CANN's own message.
 void CheckStatus(int status, const char* op, const char* call);
 

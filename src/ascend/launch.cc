@@ -1,9 +1,12 @@
 #include "ascend/launch.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 
@@ -93,6 +96,28 @@ uint64_t RoundScratch(int64_t bytes) {
                                kScratchAlignment * kScratchAlignment);
 }
 
+// The common-API functions only some ops use (cann.h, CommonSymbol).
+template <typename Fn>
+Fn Common(const char* name) {
+  return reinterpret_cast<Fn>(CommonSymbol(name));
+}
+using CreateIntArrayFn = AclIntArray* (*)(const int64_t*, uint64_t);
+using DestroyIntArrayFn = AclnnStatus (*)(const AclIntArray*);
+using CreateTensorListFn = AclTensorList* (*)(const AclTensor* const*,
+                                              uint64_t);
+using DestroyTensorListFn = AclnnStatus (*)(const AclTensorList*);
+// aclrtMemcpy(dst, destMax, src, count, kind)
+using MemcpyFn = AclError (*)(void*, size_t, const void*, size_t, int);
+constexpr int kMemcpyHostToDevice = 1;  // ACL_MEMCPY_HOST_TO_DEVICE
+constexpr int kMemcpyDeviceToHost = 2;  // ACL_MEMCPY_DEVICE_TO_HOST
+
+void CheckCreated(const void* object, const char* op, const char* call) {
+  if (object) return;
+  const char* message = GetRuntime().get_recent_err_msg();
+  throw BackendError(detail::Concat("polyops.", op, ": ", call, " failed: ",
+                                    message ? message : "(no message)"));
+}
+
 }  // namespace
 
 AclDataType ToAcl(DataType dtype) {
@@ -145,13 +170,6 @@ AclScalar* ScalarFloat(float value) {
                                       message ? message : "(no message)"));
   }
   return scalar;
-}
-
-void* StreamScratch(AclStream stream, uint64_t bytes) {
-  if (bytes == 0) return nullptr;
-  Pool& pool = StreamPool(stream);
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  return Reserve(pool, stream, bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -389,6 +407,103 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
                          l.cache->executor_, handle.stream),
                 op, l.api);
   }
+}
+
+OneShotCall::~OneShotCall() {
+  if (!RuntimeLoaded()) return;
+  const Runtime& rt = GetRuntime();
+  if (!lists_.empty()) {
+    static const auto destroy =
+        Common<DestroyTensorListFn>("aclDestroyTensorList");
+    for (AclTensorList* list : lists_) destroy(list);
+  }
+  for (AclTensor* tensor : tensors_) rt.destroy_tensor(tensor);
+  if (!arrays_.empty()) {
+    static const auto destroy = Common<DestroyIntArrayFn>("aclDestroyIntArray");
+    for (AclIntArray* array : arrays_) destroy(array);
+  }
+}
+
+AclTensor* OneShotCall::Describe(const Tensor& view) {
+  AclTensor* tensor = CreateTensor(GetRuntime(), view, Place(view, op_), op_);
+  tensors_.push_back(tensor);
+  return tensor;
+}
+
+AclTensorList* OneShotCall::DescribeList(std::initializer_list<Tensor> views) {
+  static const auto create = Common<CreateTensorListFn>("aclCreateTensorList");
+  const Runtime& rt = GetRuntime();
+  std::vector<AclTensor*> elements;
+  for (const Tensor& view : views) {
+    elements.push_back(CreateTensor(rt, view, Place(view, op_), op_));
+  }
+  AclTensorList* list = create(elements.data(), elements.size());
+  if (!list) {
+    for (AclTensor* tensor : elements) rt.destroy_tensor(tensor);
+  }
+  CheckCreated(list, op_, "aclCreateTensorList");
+  lists_.push_back(list);
+  return list;
+}
+
+AclIntArray* OneShotCall::IntArray(const std::vector<int64_t>& values) {
+  static const auto create = Common<CreateIntArrayFn>("aclCreateIntArray");
+  AclIntArray* array = create(values.data(), values.size());
+  CheckCreated(array, op_, "aclCreateIntArray");
+  arrays_.push_back(array);
+  return array;
+}
+
+void OneShotCall::Launch(const Handle& handle, const char* api,
+                         AclnnStatus phase1, uint64_t workspace_size,
+                         AclOpExecutor* executor, LaunchFn launch) {
+  CheckStatus(phase1, op_, api);
+  // A failure from here on leaves the executor to CANN: a non-repeatable
+  // executor cannot be destroyed by the caller (aclDestroyAclOpExecutor is
+  // for repeatable ones only), so an error path may leak it.
+  // The pool's lock is held until the launch is queued: another call on
+  // this stream growing (and freeing) the block in between would hand
+  // this launch freed memory.
+  Pool& pool = StreamPool(handle.stream);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  void* workspace =
+      workspace_size ? Reserve(pool, handle.stream, workspace_size) : nullptr;
+  CheckStatus(launch(workspace, workspace_size, executor, handle.stream), op_,
+              api);
+}
+
+void CopyToHost(const Handle& handle, void* host, const void* device,
+                size_t bytes, const char* op) {
+  if (bytes == 0) return;
+  static const auto copy = Common<MemcpyFn>("aclrtMemcpy");
+  const Runtime& rt = GetRuntime();
+  CheckStatus(rt.rt_synchronize_stream(handle.stream), op,
+              "aclrtSynchronizeStream");
+  CheckStatus(copy(host, bytes, device, bytes, kMemcpyDeviceToHost), op,
+              "aclrtMemcpy (device to host)");
+}
+
+const void* ProcessConstant(const char* name, int device_index, size_t bytes,
+                            void (*fill)(void* host, size_t bytes)) {
+  static std::mutex* mutex = new std::mutex;
+  // Used until exit, like the libraries: never freed.
+  static auto* constants = new std::map<std::pair<std::string, int>, void*>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto found = constants->find({name, device_index});
+  if (found != constants->end()) return found->second;
+  static const auto copy = Common<MemcpyFn>("aclrtMemcpy");
+  const Runtime& rt = GetRuntime();
+  std::vector<unsigned char> host(bytes);
+  fill(host.data(), bytes);
+  void* data = nullptr;
+  CheckStatus(rt.rt_malloc(&data, bytes, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0), name,
+              "aclrtMalloc");
+  const AclError status =
+      copy(data, bytes, host.data(), bytes, kMemcpyHostToDevice);
+  if (status != 0) rt.rt_free(data);
+  CheckStatus(status, name, "aclrtMemcpy (host to device)");
+  constants->emplace(std::make_pair(std::string(name), device_index), data);
+  return data;
 }
 
 }  // namespace polyops::ascend

@@ -4,6 +4,7 @@
 #ifndef POLYOPS_ASCEND_LAUNCH_H_
 #define POLYOPS_ASCEND_LAUNCH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
@@ -240,11 +241,60 @@ AclScalar* ScalarOne(DataType dtype);
 // A FLOAT aclScalar (masked-fill values: -inf, 0).
 AclScalar* ScalarFloat(float value);
 
-// Device memory of at least `bytes` for work queued on `stream`, reused by
-// later calls on that stream. Growing it synchronizes the stream first, so
-// memory still in use by queued work is never freed. Not for graph capture
-// (docs/ascend.md).
-void* StreamScratch(AclStream stream, uint64_t bytes);
+// One call of an op whose phase 1 reads host values that change from call
+// to call: aclIntArray arguments such as FusedInferAttentionScore's
+// sequence lengths are copied into the executor by phase 1, so a cached
+// executor would keep the first call's lengths, and an instance may keep
+// nothing derived from tensor contents. Such an op makes its descriptors,
+// runs phase 1 and launches a non-repeatable executor on every call (phase
+// 2 frees it, trap 11). The cost is phase 1 on the host each call; the
+// gain is that no aclSetInputTensorAddr index mapping is relied on (it is
+// unverified for ops with optional inputs). Everything made here is
+// destroyed with the object, after phase 2 has queued the work (CANN's
+// executor does not read caller descriptors after phase 2 returns).
+class OneShotCall {
+ public:
+  explicit OneShotCall(const char* op) : op_(op) {}
+  OneShotCall(const OneShotCall&) = delete;
+  OneShotCall& operator=(const OneShotCall&) = delete;
+  ~OneShotCall();
+
+  // A descriptor of `view` (over its 32-byte-aligned base, as
+  // ExecutorCache makes them).
+  AclTensor* Describe(const Tensor& view);
+  // An aclTensorList of descriptors of `views`; the list owns them
+  // (aclDestroyTensorList destroys its elements, trap 13).
+  AclTensorList* DescribeList(std::initializer_list<Tensor> views);
+  // An aclIntArray holding a copy of `values` (host memory).
+  AclIntArray* IntArray(const std::vector<int64_t>& values);
+
+  // Checks phase 1's status, then runs phase 2 of `executor` on
+  // handle.stream with workspace from the stream's pool.
+  void Launch(const Handle& handle, const char* api, AclnnStatus phase1,
+              uint64_t workspace_size, AclOpExecutor* executor,
+              LaunchFn launch);
+
+ private:
+  const char* op_;
+  std::vector<AclTensor*> tensors_;
+  std::vector<AclTensorList*> lists_;
+  std::vector<AclIntArray*> arrays_;
+};
+
+// Copies `bytes` of device memory to the host once all work queued on
+// handle.stream is done (aclrtSynchronizeStream, then a synchronous
+// aclrtMemcpy): it stalls the host and cannot be captured in a graph, so
+// only the fallback of ops whose caller gave no host copy (*_host) uses it.
+void CopyToHost(const Handle& handle, void* host, const void* device,
+                size_t bytes, const char* op);
+
+// Device memory holding a constant of `bytes` bytes that fill(host, bytes)
+// writes, made once per process, device and `name` (a synchronous
+// host-to-device copy the first time) and kept until exit: for constants
+// every instance shares, like FusedInferAttentionScore's 2048x2048 mask.
+// The caller's current device must be `device_index`.
+const void* ProcessConstant(const char* name, int device_index, size_t bytes,
+                            void (*fill)(void* host, size_t bytes));
 
 }  // namespace polyops::ascend
 

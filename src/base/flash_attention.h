@@ -11,6 +11,36 @@
 
 namespace polyops {
 
+// Checks cu_seqlens values once they are on the host (data, so at call
+// time, by every backend that reads them): both start at 0 and never
+// decrease, cu_seqlens_q ends at total_q and, unless total_kv < 0 (paged),
+// cu_seqlens_kv at total_kv. ValueError otherwise.
+inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
+                           int64_t batch, int64_t total_q, int64_t total_kv) {
+  constexpr const char* kOp = "flash_attention";
+  const int32_t* cus[2] = {cu_q, cu_kv};
+  const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
+  for (int k = 0; k < 2; ++k) {
+    POLYOPS_CHECK(cus[k][0] == 0, "polyops.", kOp, ": ", names[k],
+                  " must start at 0, got ", names[k], "[0] = ", cus[k][0]);
+    for (int64_t b = 0; b < batch; ++b) {
+      POLYOPS_CHECK(cus[k][b + 1] >= cus[k][b], "polyops.", kOp, ": ", names[k],
+                    " must be non-decreasing, got ", names[k], "[", b + 1,
+                    "] = ", cus[k][b + 1], " < ", names[k], "[", b,
+                    "] = ", cus[k][b]);
+    }
+  }
+  POLYOPS_CHECK(cu_q[batch] == total_q, "polyops.", kOp,
+                ": cu_seqlens_q must end at the number of query tokens ",
+                total_q, ", got cu_seqlens_q[", batch, "] = ", cu_q[batch]);
+  if (total_kv >= 0) {
+    POLYOPS_CHECK(cu_kv[batch] == total_kv, "polyops.", kOp,
+                  ": cu_seqlens_kv must end at the number of kv tokens ",
+                  total_kv, ", got cu_seqlens_kv[", batch,
+                  "] = ", cu_kv[batch]);
+  }
+}
+
 // flash_attention(query, key, value, *, cu_seqlens_q, ...) -> Tensor
 //
 // Variable-length (packed, token-major) multi-head attention with grouped
@@ -43,6 +73,17 @@ namespace polyops {
 //           to [i' - window_left, i' + window_right]; -1 leaves that side
 //           unbounded. sliding_window=W (>= 1) is the same as (W - 1, 0);
 //           giving both spellings with different windows is a ValueError.
+//   cu_seqlens_q_host, cu_seqlens_kv_host: optional copies of cu_seqlens_q
+//           and cu_seqlens_kv in host (CPU) memory, same shape and dtype
+//           (ValueError otherwise), as paged_attention's seq_lens_host. The
+//           lengths size the work; an accelerator whose attention kernel
+//           takes them as host arrays (Ascend's FusedInferAttentionScore)
+//           would otherwise need a blocking device-to-host copy, which
+//           stalls the stream and cannot be captured in a device graph.
+//           They must hold the same values as the device tensors: on CPU
+//           that is checked (ValueError), on a device it cannot be without
+//           the very copy they avoid, so a mismatch there is not detected
+//           and the host values decide the lengths.
 //   out:    [Tq, Hq, D], query's dtype, last dim contiguous; allocated
 //           contiguous when omitted.
 // Any tensor may have any strides in its leading dims; the last dim of
@@ -69,6 +110,8 @@ class FlashAttention : public OperatorBase {
                  std::optional<double> scale = std::nullopt, bool causal = true,
                  int64_t window_left = -1, int64_t window_right = -1,
                  std::optional<int64_t> sliding_window = std::nullopt,
+                 const std::optional<Tensor>& cu_seqlens_q_host = std::nullopt,
+                 const std::optional<Tensor>& cu_seqlens_kv_host = std::nullopt,
                  const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
     POLYOPS_CHECK(query.ndim() == 3,
@@ -124,6 +167,16 @@ class FlashAttention : public OperatorBase {
     }
     CheckSameShape(kName, "cu_seqlens_kv", cu_seqlens_kv, "cu_seqlens_q",
                    cu_seqlens_q);
+    CheckHostMirror(kName, "cu_seqlens_q_host", cu_seqlens_q_host,
+                    "cu_seqlens_q", cu_seqlens_q);
+    CheckHostMirror(kName, "cu_seqlens_kv_host", cu_seqlens_kv_host,
+                    "cu_seqlens_kv", cu_seqlens_kv);
+    if (cu_seqlens_q_host) {
+      CheckContiguous(kName, "cu_seqlens_q_host", *cu_seqlens_q_host);
+    }
+    if (cu_seqlens_kv_host) {
+      CheckContiguous(kName, "cu_seqlens_kv_host", *cu_seqlens_kv_host);
+    }
     batch_ = cu_seqlens_q.size(0) - 1;
     if (paged_) {
       const Tensor& table = *block_table;
@@ -189,6 +242,8 @@ class FlashAttention : public OperatorBase {
                           std::optional<double> scale, bool causal,
                           int64_t window_left, int64_t window_right,
                           std::optional<int64_t> sliding_window,
+                          const std::optional<Tensor>& cu_seqlens_q_host,
+                          const std::optional<Tensor>& cu_seqlens_kv_host,
                           const std::optional<Tensor>& out) const = 0;
 
   static TensorMeta DefaultOut(
@@ -196,7 +251,9 @@ class FlashAttention : public OperatorBase {
       const Tensor& /*cu_seqlens_q*/, const Tensor& /*cu_seqlens_kv*/,
       const std::optional<Tensor>& /*block_table*/,
       std::optional<double> /*scale*/, bool /*causal*/, int64_t /*window_left*/,
-      int64_t /*window_right*/, std::optional<int64_t> /*sliding_window*/) {
+      int64_t /*window_right*/, std::optional<int64_t> /*sliding_window*/,
+      const std::optional<Tensor>& /*cu_seqlens_q_host*/,
+      const std::optional<Tensor>& /*cu_seqlens_kv_host*/) {
     return MetaLike(query);
   }
 

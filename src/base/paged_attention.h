@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <tuple>
 
 #include "core/checks.h"
 #include "core/handle.h"
@@ -127,20 +126,10 @@ class PagedAttention : public OperatorBase {
                   block_table.ShapeString());
     CheckLastDimContiguous(kName, "block_table", block_table);
     max_blocks_ = block_table.size(1);
-    for (auto [name, host, device, ref_name] :
-         {std::tuple{"seq_lens_host", &seq_lens_host, &seq_lens, "seq_lens"},
-          std::tuple{"block_table_host", &block_table_host, &block_table,
-                     "block_table"}}) {
-      if (!host->has_value()) continue;
-      const Tensor& tensor = **host;
-      POLYOPS_CHECK(tensor.device().type == Device::Type::kCpu,
-                    "polyops.paged_attention: ", name,
-                    " must be a CPU tensor, got one on ",
-                    DeviceTypeName(tensor.device().type));
-      CheckSameDtype(kName, name, tensor, ref_name, *device);
-      CheckSameShape(kName, name, tensor, ref_name, *device);
-      CheckLastDimContiguous(kName, name, tensor);
-    }
+    CheckHostMirror(kName, "seq_lens_host", seq_lens_host, "seq_lens",
+                    seq_lens);
+    CheckHostMirror(kName, "block_table_host", block_table_host, "block_table",
+                    block_table);
     if (seq_lens_host.has_value()) {
       CheckContiguous(kName, "seq_lens_host", *seq_lens_host);
     }

@@ -62,6 +62,22 @@ inline void CheckContiguous(const char* op, const char* name,
                 " (call .contiguous() first)");
 }
 
+// A host mirror of a device tensor (paged_attention's seq_lens_host,
+// flash_attention's cu_seqlens_*_host), when given: a CPU tensor with the
+// dtype and shape of `device`, last dim contiguous. Its values cannot be
+// compared here (the device side is not readable on the host).
+inline void CheckHostMirror(const char* op, const char* name,
+                            const std::optional<Tensor>& host,
+                            const char* device_name, const Tensor& device) {
+  if (!host.has_value()) return;
+  POLYOPS_CHECK(host->device().type == Device::Type::kCpu, "polyops.", op, ": ",
+                name, " must be a CPU tensor, got one on ",
+                DeviceTypeName(host->device().type));
+  CheckSameDtype(op, name, *host, device_name, device);
+  CheckSameShape(op, name, *host, device_name, device);
+  CheckLastDimContiguous(op, name, *host);
+}
+
 // An output that was resolved by the bindings before construction.
 inline const Tensor& RequireOutput(const char* op, const char* name,
                                    const std::optional<Tensor>& output) {

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/flash_attention.h"
 #include "core/error.h"
 #include "cpu/convert.h"
 #include "cpu/parallel.h"
@@ -109,27 +110,7 @@ inline void ReadVarlenSequences(const int32_t* cu_q_data,
   }
   const int32_t* cu_q = copies.data();
   const int32_t* cu_kv = copies.data() + batch + 1;
-  const int32_t* cus[2] = {cu_q, cu_kv};
-  const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
-  for (int k = 0; k < 2; ++k) {
-    POLYOPS_CHECK(cus[k][0] == 0, "polyops.", kOp, ": ", names[k],
-                  " must start at 0, got ", names[k], "[0] = ", cus[k][0]);
-    for (int64_t b = 0; b < batch; ++b) {
-      POLYOPS_CHECK(cus[k][b + 1] >= cus[k][b], "polyops.", kOp, ": ", names[k],
-                    " must be non-decreasing, got ", names[k], "[", b + 1,
-                    "] = ", cus[k][b + 1], " < ", names[k], "[", b,
-                    "] = ", cus[k][b]);
-    }
-  }
-  POLYOPS_CHECK(cu_q[batch] == total_q, "polyops.", kOp,
-                ": cu_seqlens_q must end at the number of query tokens ",
-                total_q, ", got cu_seqlens_q[", batch, "] = ", cu_q[batch]);
-  if (total_kv >= 0) {
-    POLYOPS_CHECK(cu_kv[batch] == total_kv, "polyops.", kOp,
-                  ": cu_seqlens_kv must end at the number of kv tokens ",
-                  total_kv, ", got cu_seqlens_kv[", batch,
-                  "] = ", cu_kv[batch]);
-  }
+  CheckCuSeqlens(cu_q, cu_kv, batch, total_q, total_kv);
   read->sequences.resize(batch);
   for (int64_t b = 0; b < batch; ++b) {
     AttentionSequence& seq = read->sequences[b];

@@ -676,6 +676,7 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
         paged=0,
         packed=False,
         kv_order=None,
+        host=False,
         **options,
     ):
         def build(inp: Inputs) -> Call:
@@ -691,6 +692,10 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
                 cu_seqlens_kv=inp.put(cu_seqlens(kv_lens)),
                 **options,
             )
+            if host:  # *_host arguments are CPU tensors whatever the device
+                kwargs.update(
+                    cu_seqlens_q_host=cu_seqlens(q_lens), cu_seqlens_kv_host=cu_seqlens(kv_lens)
+                )
             if paged:
                 k, v, table = paginate(k, v, kv_lens, paged, inp.gen)
                 kwargs["block_table"] = inp.put(table)
@@ -726,6 +731,20 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
         case("paged-vllm-hnd", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=16, kv_order="hnd"),
         case("packed-qkv-scale0.3", [3, 50], [3, 50], 4, 2, 64, packed=True, scale=0.3),
         case("d256", [4, 9], [4, 9], 2, 1, 256),
+        case("host-lens-causal", [1, 7, 70], [1, 9, 70], 4, 2, 64, host=True),
+        case("host-lens-empty-rows", [5, 0, 2], [2, 4, 0], 4, 2, 64, host=True, causal=False),
+        case("host-lens-paged-b16", [1, 7, 60], [37, 7, 90], 8, 2, 64, paged=16, host=True),
+        case(
+            "host-lens-paged-window",
+            [3, 40],
+            [50, 40],
+            4,
+            1,
+            64,
+            paged=8,
+            host=True,
+            sliding_window=9,
+        ),
     ]
 
 

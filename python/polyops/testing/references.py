@@ -311,13 +311,16 @@ def flash_attention_reference(
     window_left: int = -1,
     window_right: int = -1,
     sliding_window: int | None = None,
+    cu_seqlens_q_host: Tensor | None = None,
+    cu_seqlens_kv_host: Tensor | None = None,
 ) -> Tensor:
     """Varlen attention per sequence b: query rows cu_seqlens_q[b]:[b+1] over the kv
     tokens cu_seqlens_kv[b]:[b+1] (contiguous, or paged through block_table).
     Query row i of a sequence sits at position i + kv_len - q_len; key j is
     visible iff j <= pos (causal), j >= pos - window_left, j <= pos + window_right
     (a window side < 0 is unbounded; sliding_window=W means (W - 1, 0)).
-    Rows that see no key are 0. float64 [Tq, Hq, D]."""
+    Rows that see no key are 0. The *_host copies equal cu_seqlens_q / cu_seqlens_kv
+    by contract and are not read. float64 [Tq, Hq, D]."""
     if sliding_window is not None:
         window_left, window_right = sliding_window - 1, 0
     q, k, v = _f64(query), _f64(key), _f64(value)

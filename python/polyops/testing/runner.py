@@ -202,8 +202,9 @@ def run_case(
     for device, slot in targets:
         try:
             results = _call(info, dtype, case, device, slot)
-        except NotImplementedError as error:
-            records.append(record(device, slot, "n/a", message=str(error)))
+        except NotImplementedError as error:  # the type too, as error records have it
+            message = f"{type(error).__name__}: {error}"
+            records.append(record(device, slot, "n/a", message=message))
             continue
         except Exception as error:  # noqa: BLE001 - never hidden: an error record
             message = f"{type(error).__name__}: {error}"

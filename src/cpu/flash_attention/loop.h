@@ -30,9 +30,12 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                   const std::optional<Tensor>& block_table,
                   std::optional<double>, bool, int64_t, int64_t,
                   std::optional<int64_t>,
+                  const std::optional<Tensor>& cu_seqlens_q_host,
+                  const std::optional<Tensor>& cu_seqlens_kv_host,
                   const std::optional<Tensor>& out) const override {
     const cpu::SequenceTable read =
-        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table);
+        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table,
+                      cu_seqlens_q_host, cu_seqlens_kv_host);
     const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.flash_attention", [&](auto tag) {

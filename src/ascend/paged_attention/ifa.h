@@ -1,0 +1,108 @@
+#ifndef POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_
+#define POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_
+
+#include <optional>
+#include <vector>
+
+#include "ascend/attention.h"
+#include "base/paged_attention.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 1: aclnnIncreFlashAttentionV4, the decode-only API, in "BSND" layout:
+// query and out viewed [B, 1, Hq, D] (no copy), the paged caches as
+// PagedCacheView gives them, blocktable int32 on the device,
+// actualSeqLengths = seq_lens (per request). No mask, no quantization.
+// float16 and bfloat16 only (NotImplementedError for float32). Host
+// lengths, the fallback copy and the non-repeatable executor as in slot 0.
+// Slot 0 (FIA V3) stays the default: it is what torch_npu and vllm-ascend
+// call on A2/A3; this one is the second route. Unverified: the first CANN
+// version with IncreFlashAttentionV4 (ASCEND.md §7; the docs show it by
+// 8.1.RC1), FIA's zero-length rule for a request with seq_lens 0, and the
+// row-invalid meaning of innerPrecise 2 (as in slot 0).
+template <>
+class Operator<PagedAttention, Device::Type::kAscend, 1>
+    : public PagedAttention {
+ public:
+  static constexpr const char* kImplementationName = "ifa_v4";
+
+  Operator(const Tensor& query, const Tensor& key_cache,
+           const Tensor& value_cache, const Tensor& seq_lens,
+           const Tensor& block_table, std::optional<double> scale,
+           const std::optional<Tensor>& seq_lens_host,
+           const std::optional<Tensor>& block_table_host,
+           const std::optional<Tensor>& out)
+      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
+                       scale, seq_lens_host, block_table_host, out) {
+    ascend::CheckFiaDtype(kName, kApi, dtype_);
+  }
+
+  void operator()(const Handle& handle, const Tensor& query,
+                  const Tensor& key_cache, const Tensor& value_cache,
+                  const Tensor& seq_lens, const Tensor& block_table,
+                  std::optional<double>,
+                  const std::optional<Tensor>& seq_lens_host,
+                  const std::optional<Tensor>&,
+                  const std::optional<Tensor>& out) const override {
+    const std::vector<int64_t> lengths = ascend::CheckedSeqLens(
+        handle, seq_lens, seq_lens_host, max_blocks_, block_size_);
+    if (out->numel() == 0) return;
+    using Fn = ascend::AclnnStatus (*)(
+        const ascend::AclTensor* query, const ascend::AclTensorList* key,
+        const ascend::AclTensorList* value, const ascend::AclTensor* pse_shift,
+        const ascend::AclTensor* atten_mask,
+        const ascend::AclIntArray* actual_seq_lengths,
+        const ascend::AclTensor* dequant_scale1,
+        const ascend::AclTensor* quant_scale1,
+        const ascend::AclTensor* dequant_scale2,
+        const ascend::AclTensor* quant_scale2,
+        const ascend::AclTensor* quant_offset2,
+        const ascend::AclTensor* antiquant_scale,
+        const ascend::AclTensor* antiquant_offset,
+        const ascend::AclTensor* block_table,
+        const ascend::AclTensor* kv_padding_size, int64_t num_heads,
+        double scale_value, char* input_layout, int64_t num_key_value_heads,
+        int64_t block_size, int64_t inner_precise,
+        const ascend::AclTensor* attention_out, uint64_t* workspace_size,
+        ascend::AclOpExecutor** executor);
+    static const auto get = ascend::Phase1<Fn>(
+        "aclnnIncreFlashAttentionV4GetWorkspaceSize", kSince);
+    static const auto launch = ascend::Phase2(kApi, kSince);
+    ascend::OneShotCall one(kName);
+    ascend::AclTensor* q = one.Describe(OneTokenView(query));
+    ascend::AclTensorList* k =
+        one.DescribeList({ascend::PagedCacheView(key_cache)});
+    ascend::AclTensorList* v =
+        one.DescribeList({ascend::PagedCacheView(value_cache)});
+    ascend::AclTensor* table = one.Describe(block_table);
+    ascend::AclTensor* o = one.Describe(OneTokenView(*out));
+    ascend::AclIntArray* lens = one.IntArray(lengths);
+    char layout[] = "BSND";
+    uint64_t workspace = 0;
+    ascend::AclOpExecutor* executor = nullptr;
+    const ascend::AclnnStatus status =
+        get(q, k, v, nullptr, nullptr, lens, nullptr, nullptr, nullptr, nullptr,
+            nullptr, nullptr, nullptr, table, nullptr, num_heads_, scale_,
+            layout, num_kv_heads_, block_size_, ascend::kFiaInnerPrecise, o,
+            &workspace, &executor);
+    one.Launch(handle, kApi, status, workspace, executor, launch);
+  }
+
+ private:
+  static constexpr const char* kApi = "aclnnIncreFlashAttentionV4";
+  static constexpr const char* kSince = "8.1.RC1 (unverified)";
+
+  // [B, H, D] as BSND [B, 1, H, D]: the inserted dim has size 1, so its
+  // stride is free.
+  static Tensor OneTokenView(const Tensor& t) {
+    const int64_t shape[4] = {t.size(0), 1, t.size(1), t.size(2)};
+    const int64_t strides[4] = {t.stride(0), t.stride(0), t.stride(1), 1};
+    return Tensor::FromParts(t.data(), 4, shape, strides, t.dtype(),
+                             t.device());
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_

@@ -1,0 +1,201 @@
+"""The Ascend attention slots (FusedInferAttentionScoreV3) on the CANN double: the
+host path read from the double's call log, lengths that change between calls of
+one instance, and the refusal of topk_topp_sampling. Each check runs in a fresh
+interpreter (``use_cann_double()`` is once per process), as in test_ascend.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from test_ascend import _skip_reason, run_child
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+FIA = "aclnnFusedInferAttentionScoreV3"
+D2H, H2D = 2, 1  # aclrtMemcpyKind
+
+# Inputs of one prefill (3 sequences, paged kv) and one decode step, on npu, with
+# their CPU host copies; `lengths(q, kv)` rebuilds the cu_seqlens for new lengths.
+SETUP = """
+import torch, polyops
+from polyops.testing.tensors import cu_seqlens, paginate
+gen = torch.Generator().manual_seed(0)
+def prefill(q_lens, kv_lens, paged=True):
+    q = torch.randn(sum(q_lens), 4, 64, generator=gen).half()
+    k, v = (torch.randn(sum(kv_lens), 2, 64, generator=gen).half() for _ in range(2))
+    kwargs = dict(cu_seqlens_q=cu_seqlens(q_lens), cu_seqlens_kv=cu_seqlens(kv_lens))
+    if paged:
+        k, v, kwargs["block_table"] = paginate(k, v, kv_lens, 16, gen, spare_blocks=8)
+    cpu = (q, k, v, dict(kwargs))
+    npu = {name: t.to("npu") for name, t in kwargs.items()}
+    host = dict(cu_seqlens_q_host=kwargs["cu_seqlens_q"],
+                cu_seqlens_kv_host=kwargs["cu_seqlens_kv"])
+    return cpu, (q.to("npu"), k.to("npu"), v.to("npu"), npu), host
+def memcpys(calls, kind):
+    return [c for c in calls if c["function"] == "aclrtMemcpy" and c.get("kind") == kind]
+def names(calls):
+    return [c["function"] for c in calls]
+"""
+
+
+def run_with_setup(body: str) -> object:
+    return run_child(SETUP + textwrap.dedent(body))
+
+
+def test_host_copies_make_a_call_without_copy_or_sync():
+    result = run_with_setup(
+        """
+        cpu, (q, k, v, kw), host = prefill([1, 7, 40], [30, 7, 90])
+        polyops.flash_attention(q, k, v, **kw, **host)  # builds the instance and the mask
+        clear_cann_calls()
+        out = polyops.flash_attention(q, k, v, **kw, **host)
+        hosted = cann_calls()
+        clear_cann_calls()
+        polyops.flash_attention(q, k, v, **kw)
+        fallback = cann_calls()
+        expected = polyops.flash_attention(cpu[0], cpu[1], cpu[2], **cpu[3])
+        report({
+            "hosted": names(hosted),
+            "hosted_d2h": len(memcpys(hosted, 2)),
+            "fallback": names(fallback),
+            "fallback_d2h": [c["bytes"] for c in memcpys(fallback, 2)],
+            "error": (out.cpu().float() - expected.float()).abs().max().item(),
+        })
+        """
+    )
+    hosted = result["hosted"]
+    assert hosted.count(FIA + "GetWorkspaceSize") == 1 and hosted.count(FIA) == 1, hosted
+    assert "aclrtSynchronizeStream" not in hosted and result["hosted_d2h"] == 0, hosted
+    assert "aclrtMemcpy" not in hosted, hosted  # nor the mask again
+    # Without the host copies: the documented cost, a sync and two 16-byte copies.
+    assert "aclrtSynchronizeStream" in result["fallback"]
+    assert result["fallback_d2h"] == [16, 16]
+    assert result["error"] < 1e-2
+
+
+@pytest.mark.parametrize(
+    "slot, api", [(0, FIA), (1, "aclnnIncreFlashAttentionV4")], ids=["fia_v3", "ifa_v4"]
+)
+def test_paged_attention_with_seq_lens_host_makes_no_copy_or_sync(slot, api):
+    result = run_with_setup(
+        f"""
+        lens = [5, 0, 77, 16]
+        q = torch.randn(4, 8, 64, generator=gen).half()
+        k, v = (torch.randn(sum(lens), 2, 64, generator=gen).half() for _ in range(2))
+        kc, vc, table = paginate(k, v, lens, 16, gen)
+        seq_lens = torch.tensor(lens, dtype=torch.int32)
+        args = [t.to("npu") for t in (q, kc, vc, seq_lens, table)]
+        run = lambda **kw: polyops.paged_attention(*args, implementation_index={slot}, **kw)
+        run(seq_lens_host=seq_lens)
+        clear_cann_calls()
+        out = run(seq_lens_host=seq_lens)
+        hosted = cann_calls()
+        clear_cann_calls()
+        run()
+        fallback = cann_calls()
+        expected = polyops.paged_attention(q, kc, vc, seq_lens, table)
+        report({{
+            "hosted": names(hosted),
+            "fallback": names(fallback),
+            "fallback_d2h": [c["bytes"] for c in memcpys(fallback, 2)],
+            "error": (out.cpu().float() - expected.float()).abs().max().item(),
+            "zero_row": out[1].cpu().abs().max().item(),
+        }})
+        """
+    )
+    hosted = result["hosted"]
+    assert hosted.count(api) == 1 and hosted.count(api + "GetWorkspaceSize") == 1, hosted
+    assert "aclrtSynchronizeStream" not in hosted and "aclrtMemcpy" not in hosted, hosted
+    assert "aclrtSynchronizeStream" in result["fallback"]
+    assert result["fallback_d2h"] == [16]
+    assert result["error"] < 1e-2 and result["zero_row"] == 0
+
+
+def test_new_lengths_on_a_cached_instance_are_used():
+    # Same shapes (so the same cached instance), other lengths: phase 1 runs again
+    # with them, nothing from the first call's lengths is kept.
+    result = run_with_setup(
+        """
+        errors = []
+        for q_lens, kv_lens in ([[2, 7, 39], [30, 7, 90]], [[20, 27, 1], [3, 100, 24]],
+                                [[48, 0, 0], [48, 0, 79]]):
+            for paged in (False, True):
+                cpu, (q, k, v, kw), host = prefill(q_lens, kv_lens, paged)
+                for extra in (host, {}):
+                    out = polyops.flash_attention(q, k, v, sliding_window=9, **kw, **extra)
+                    expected = polyops.flash_attention(
+                        cpu[0], cpu[1], cpu[2], sliding_window=9, **cpu[3])
+                    errors.append((out.cpu().float() - expected.float()).abs().max().item())
+        report(errors)
+        """
+    )
+    assert max(result) < 1e-2, result
+
+
+def test_the_mask_is_made_once_per_process_and_nothing_leaks():
+    result = run_with_setup(
+        """
+        import ctypes, pathlib
+        from polyops import _cann_double
+        directory = pathlib.Path(_cann_double.active_library_dir)
+        nnopbase = ctypes.CDLL(str(directory / "libnnopbase.so"))
+        live = [getattr(nnopbase, "polyopsDoubleLive" + what)
+                for what in ("Executors", "Descriptors")]
+        for f in live:
+            f.restype = ctypes.c_size_t
+        masks = 0
+        before = None
+        for step, (q_lens, kv_lens) in enumerate(([[1, 7], [9, 7]], [[3, 4, 5], [3, 4, 5]]) * 3):
+            cpu, (q, k, v, kw), host = prefill(q_lens, kv_lens, paged=step % 2 == 0)
+            clear_cann_calls()
+            for causal in (True, False):
+                polyops.flash_attention(q, k, v, causal=causal, **kw, **host)
+                polyops.flash_attention(q, k, v, causal=causal, window_left=2, **kw, **host)
+            masks += sum(c["bytes"] == 2048 * 2048 for c in memcpys(cann_calls(), 1))
+            torch.npu.synchronize()
+            counts = [f() for f in live]
+            before = before or counts
+        report({"masks": masks, "before": before, "after": counts})
+        """
+    )
+    assert result["masks"] == 1  # the first causal call only
+    assert result["after"] == result["before"]  # executors and descriptors freed
+
+
+def test_host_copies_must_be_cpu_tensors_and_lengths_are_checked():
+    result = run_with_setup(
+        """
+        cpu, (q, k, v, kw), host = prefill([1, 7], [9, 7])
+        messages = []
+        for bad in (dict(cu_seqlens_q_host=kw["cu_seqlens_q"]),
+                    dict(cu_seqlens_kv_host=torch.tensor([0, 9, 50], dtype=torch.int32)),
+                    dict(cu_seqlens_q_host=torch.tensor([0, 1, 9], dtype=torch.int32))):
+            try:
+                polyops.flash_attention(q, k, v, **kw, **bad)
+                messages.append(None)
+            except ValueError as error:
+                messages.append(str(error))
+        report(messages)
+        """
+    )
+    on_device, kv_too_long, q_wrong_end = result
+    assert "cu_seqlens_q_host" in on_device and "cpu" in on_device.lower()
+    # On a device the host copy is not compared with the device tensor: its values decide.
+    assert "sequence 1 has 41 kv tokens, more than its block_table row holds" in kv_too_long
+    assert "cu_seqlens_q must end at the number of query tokens 8" in q_wrong_end
+
+
+def test_topk_topp_sampling_refuses_with_the_reason():
+    message = run_child(
+        """
+        logits = torch.randn(2, 50).to("npu")
+        try:
+            polyops.topk_topp_sampling(logits, 5, 0.9, seed=1)
+            report(None)
+        except NotImplementedError as error:
+            report(str(error))
+        """
+    )
+    assert message is not None and "npu" in message and "bit-exact" in message
