@@ -135,6 +135,7 @@ void Load(Libraries& state) {
   Resolve(runtime, "libascendcl.so", "aclrtFree", rt.rt_free);
   Resolve(runtime, "libascendcl.so", "aclrtSynchronizeStream",
           rt.rt_synchronize_stream);
+  Resolve(runtime, "libascendcl.so", "aclrtMemcpy", rt.rt_memcpy);
   Resolve(runtime, "libascendcl.so", "aclGetRecentErrMsg",
           rt.get_recent_err_msg);
   Resolve(nnopbase, "libnnopbase.so", "aclCreateTensor", rt.create_tensor);

@@ -45,6 +45,9 @@ struct Runtime {
   AclError (*rt_malloc)(void** dev_ptr, size_t size, int policy);
   AclError (*rt_free)(void* dev_ptr);
   AclError (*rt_synchronize_stream)(AclStream stream);
+  // aclrtMemcpy(dst, destMax, src, count, kind): synchronous.
+  AclError (*rt_memcpy)(void* dst, size_t dest_max, const void* src,
+                        size_t count, int kind);
   const char* (*get_recent_err_msg)();
   AclTensor* (*create_tensor)(const int64_t* view_dims, uint64_t view_dims_num,
                               AclDataType data_type, const int64_t* stride,

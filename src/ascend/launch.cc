@@ -46,6 +46,50 @@ AclTensor* CreateTensor(const Runtime& rt, const Tensor& view,
   return tensor;
 }
 
+// Points a repeatable executor's descriptors at `places` (or, given
+// `scratch_block`, only the scratch operands at that block). A `ref`
+// operand takes an index in both spaces.
+void Repoint(const Runtime& rt, const char* op, AclOpExecutor* executor,
+             const std::vector<AclTensor*>& tensors,
+             const std::vector<Operand>& operands,
+             const std::vector<Placement>& places, char* scratch_block) {
+  size_t input = 0, output = 0;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Operand& operand = operands[i];
+    const bool is_scratch = operand.scratch_offset >= 0;
+    // With scratch_block, only the scratch operands move (to that block).
+    const bool set = scratch_block == nullptr || is_scratch;
+    void* address = scratch_block != nullptr && is_scratch
+                        ? scratch_block + operand.scratch_offset
+                        : places[i].base;
+    if (operand.input || operand.ref) {
+      const size_t index = input++;
+      if (set) {
+        CheckStatus(
+            rt.set_input_tensor_addr(executor, index, tensors[i], address), op,
+            "aclSetInputTensorAddr");
+      }
+    }
+    if (!operand.input || operand.ref) {
+      const size_t index = output++;
+      if (set) {
+        CheckStatus(
+            rt.set_output_tensor_addr(executor, index, tensors[i], address), op,
+            "aclSetOutputTensorAddr");
+      }
+    }
+  }
+}
+
+AclScalar* Checked(const Runtime& rt, AclScalar* scalar) {
+  if (!scalar) {
+    const char* message = rt.get_recent_err_msg();
+    throw BackendError(detail::Concat("polyops: aclCreateScalar failed: ",
+                                      message ? message : "(no message)"));
+  }
+  return scalar;
+}
+
 struct Pool {
   void* data = nullptr;
   uint64_t size = 0;
@@ -83,15 +127,15 @@ AclScalar* ScalarOne(DataType dtype) {
   const Runtime& rt = GetRuntime();
   float one_float = 1.0f;
   int64_t one_int = 1;
-  AclScalar* scalar = IsFloatingPoint(dtype)
-                          ? rt.create_scalar(&one_float, AclDataType::kFloat)
-                          : rt.create_scalar(&one_int, AclDataType::kInt64);
-  if (!scalar) {
-    const char* message = rt.get_recent_err_msg();
-    throw BackendError(detail::Concat("polyops: aclCreateScalar failed: ",
-                                      message ? message : "(no message)"));
-  }
-  return scalar;
+  return Checked(rt, IsFloatingPoint(dtype)
+                         ? rt.create_scalar(&one_float, AclDataType::kFloat)
+                         : rt.create_scalar(&one_int, AclDataType::kInt64));
+}
+
+AclScalar* ScalarFloat(double value) {
+  const Runtime& rt = GetRuntime();
+  auto single = static_cast<float>(value);
+  return Checked(rt, rt.create_scalar(&single, AclDataType::kFloat));
 }
 
 void* StreamScratch(AclStream stream, uint64_t bytes) {
@@ -102,17 +146,23 @@ void* StreamScratch(AclStream stream, uint64_t bytes) {
   Pool& pool = (*pools)[stream];
   if (pool.size >= bytes) return pool.data;
   const Runtime& rt = GetRuntime();
+  // Queued work may still use the old block, and an earlier launch of the
+  // running op may have left an intermediate in it (Operand): let it
+  // finish, then carry the contents over.
   if (pool.data) {
-    // Queued work may still read the old block.
     CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
                 "aclrtSynchronizeStream");
-    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
-    pool = Pool{};
   }
   const uint64_t size = std::max<uint64_t>(bytes, 1 << 20);
   void* data = nullptr;
   CheckStatus(rt.rt_malloc(&data, size, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
               "ascend", "aclrtMalloc");
+  if (pool.data) {
+    CheckStatus(rt.rt_memcpy(data, size, pool.data, pool.size,
+                             /*ACL_MEMCPY_DEVICE_TO_DEVICE=*/3),
+                "ascend", "aclrtMemcpy");
+    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
+  }
   pool = Pool{data, size};
   return data;
 }
@@ -175,18 +225,7 @@ void ExecutorCache::Run(const char* op, const char* api, const Handle& handle,
     executor_ = executor;
     workspace_size_ = workspace;
   } else {
-    size_t input = 0, output = 0;
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      const AclnnStatus status =
-          resolved[i].input
-              ? rt.set_input_tensor_addr(executor_, input++, tensors_[i],
-                                         places[i].base)
-              : rt.set_output_tensor_addr(executor_, output++, tensors_[i],
-                                          places[i].base);
-      CheckStatus(status, op,
-                  resolved[i].input ? "aclSetInputTensorAddr"
-                                    : "aclSetOutputTensorAddr");
-    }
+    Repoint(rt, op, executor_, tensors_, resolved, places, nullptr);
   }
   char* block = static_cast<char*>(
       StreamScratch(handle.stream, scratch_size + workspace_size_));
@@ -194,17 +233,7 @@ void ExecutorCache::Run(const char* op, const char* api, const Handle& handle,
     // The pool grew for the workspace: point the scratch operands at the
     // new block (their offsets from alignment are unchanged: the block is
     // aligned).
-    size_t input = 0, output = 0;
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      if (resolved[i].scratch_offset < 0) {
-        (resolved[i].input ? input : output)++;
-        continue;
-      }
-      void* address = block + resolved[i].scratch_offset;
-      CheckStatus(
-          rt.set_output_tensor_addr(executor_, output++, tensors_[i], address),
-          op, "aclSetOutputTensorAddr");
-    }
+    Repoint(rt, op, executor_, tensors_, resolved, places, block);
   }
   void* workspace = workspace_size_ ? block + scratch_size : nullptr;
   CheckStatus(launch(workspace, workspace_size_, executor_, handle.stream), op,

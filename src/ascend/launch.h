@@ -20,15 +20,38 @@ AclDataType ToAcl(DataType dtype);
 // One tensor argument of an aclnn call. An input or output view of the
 // caller's, or `scratch`: polyops-owned device memory (rms_norm's rstd)
 // placed in the stream's pool at byte offset `scratch_offset`.
+//
+// `ref`: an in-place parameter (aclnn's `*Ref`, e.g. aclnnInplaceCopy's
+// selfRef). It holds an index in both the input and the output space of
+// aclSet{Input,Output}TensorAddr, and a re-pointed call sets both (the
+// double's mapping; never checked on a real toolkit, ASCEND.md §7).
+//
+// Several launches of one call can share scratch operands (intermediates:
+// one launch writes what the next reads) when each Run passes the same
+// scratch_bytes: the stream's pool keeps its contents when it grows, and
+// every workspace sits after the scratch area. Work from another host
+// thread on the same stream between those launches would reuse the area,
+// so such ops assume one host thread per stream (docs/ascend.md).
 struct Operand {
   Tensor view;
   bool input = true;
   int64_t scratch_offset = -1;
+  bool ref = false;
 
   static Operand In(const Tensor& view) { return {view, true, -1}; }
   static Operand Out(const Tensor& view) { return {view, false, -1}; }
   static Operand Scratch(const Tensor& shape_and_dtype, int64_t offset) {
     return {shape_and_dtype, false, offset};
+  }
+  static Operand Ref(const Tensor& view) { return {view, true, -1, true}; }
+  // A scratch intermediate read by this launch.
+  static Operand ScratchIn(const Tensor& shape_and_dtype, int64_t offset) {
+    return {shape_and_dtype, true, offset};
+  }
+  // A scratch intermediate written in place (e.g. aclnnInplaceCopy's
+  // selfRef).
+  static Operand ScratchRef(const Tensor& shape_and_dtype, int64_t offset) {
+    return {shape_and_dtype, true, offset, true};
   }
 };
 
@@ -97,10 +120,15 @@ class ScalarHandle {
 // int64 for integer ones.
 AclScalar* ScalarOne(DataType dtype);
 
+// `value` as a float aclScalar (alpha and beta of the matrix products:
+// polyops rounds them to float32 as its CPU sgemm does).
+AclScalar* ScalarFloat(double value);
+
 // Device memory of at least `bytes` for work queued on `stream`, reused by
 // later calls on that stream. Growing it synchronizes the stream first, so
-// memory still in use by queued work is never freed. Not for graph capture
-// (docs/ascend.md).
+// memory still in use by queued work is never freed, and copies the old
+// contents over, so intermediates of a multi-launch op survive. Not for
+// graph capture (docs/ascend.md).
 void* StreamScratch(AclStream stream, uint64_t bytes);
 
 }  // namespace polyops::ascend
