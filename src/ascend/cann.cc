@@ -142,6 +142,9 @@ void Load(Libraries& state) {
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyTensor", rt.destroy_tensor);
   Resolve(nnopbase, "libnnopbase.so", "aclCreateScalar", rt.create_scalar);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyScalar", rt.destroy_scalar);
+  Resolve(nnopbase, "libnnopbase.so", "aclCreateIntArray", rt.create_int_array);
+  Resolve(nnopbase, "libnnopbase.so", "aclDestroyIntArray",
+          rt.destroy_int_array);
   Resolve(nnopbase, "libnnopbase.so", "aclSetAclOpExecutorRepeatable",
           rt.set_executor_repeatable);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyAclOpExecutor",

@@ -57,6 +57,8 @@ struct Runtime {
   AclnnStatus (*destroy_tensor)(const AclTensor* tensor);
   AclScalar* (*create_scalar)(void* value, AclDataType data_type);
   AclnnStatus (*destroy_scalar)(const AclScalar* scalar);
+  AclIntArray* (*create_int_array)(const int64_t* value, uint64_t size);
+  AclnnStatus (*destroy_int_array)(const AclIntArray* array);
   AclnnStatus (*set_executor_repeatable)(AclOpExecutor* executor);
   AclnnStatus (*destroy_executor)(AclOpExecutor* executor);
   AclnnStatus (*set_input_tensor_addr)(AclOpExecutor* executor, size_t index,

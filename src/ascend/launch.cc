@@ -132,6 +132,16 @@ AclScalar* ScalarOne(DataType dtype) {
                          : rt.create_scalar(&one_int, AclDataType::kInt64));
 }
 
+IntArrayHandle::IntArrayHandle(std::initializer_list<int64_t> values) {
+  const Runtime& rt = GetRuntime();
+  array_ = rt.create_int_array(values.begin(), values.size());
+  if (!array_) {
+    const char* message = rt.get_recent_err_msg();
+    throw BackendError(detail::Concat("polyops: aclCreateIntArray failed: ",
+                                      message ? message : "(no message)"));
+  }
+}
+
 AclScalar* ScalarFloat(double value) {
   const Runtime& rt = GetRuntime();
   auto single = static_cast<float>(value);
