@@ -150,6 +150,9 @@ void Load(Libraries& state) {
           rt.create_tensor_list);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyTensorList",
           rt.destroy_tensor_list);
+  Resolve(nnopbase, "libnnopbase.so", "aclCreateIntArray", rt.create_int_array);
+  Resolve(nnopbase, "libnnopbase.so", "aclDestroyIntArray",
+          rt.destroy_int_array);
   Resolve(nnopbase, "libnnopbase.so", "aclSetAclOpExecutorRepeatable",
           rt.set_executor_repeatable);
   Resolve(nnopbase, "libnnopbase.so", "aclDestroyAclOpExecutor",

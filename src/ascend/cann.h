@@ -63,6 +63,8 @@ struct Runtime {
   AclTensorList* (*create_tensor_list)(const AclTensor* const* value,
                                        uint64_t size);
   AclnnStatus (*destroy_tensor_list)(const AclTensorList* list);
+  AclIntArray* (*create_int_array)(const int64_t* value, uint64_t size);
+  AclnnStatus (*destroy_int_array)(const AclIntArray* array);
   AclnnStatus (*set_executor_repeatable)(AclOpExecutor* executor);
   AclnnStatus (*destroy_executor)(AclOpExecutor* executor);
   AclnnStatus (*set_input_tensor_addr)(AclOpExecutor* executor, size_t index,

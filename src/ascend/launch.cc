@@ -74,18 +74,21 @@ char* Reserve(Pool& pool, AclStream stream, uint64_t bytes) {
   if (bytes == 0) return pool.data;
   if (pool.size >= bytes) return pool.data;
   const Runtime& rt = GetRuntime();
-  if (pool.data) {
-    // Queued work may still read the old block.
-    CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
-                "aclrtSynchronizeStream");
-    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
-    pool.data = nullptr;
-    pool.size = 0;
-  }
   const uint64_t size = std::max<uint64_t>(bytes, 1 << 20);
   void* data = nullptr;
   CheckStatus(rt.rt_malloc(&data, size, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
               "ascend", "aclrtMalloc");
+  if (pool.data) {
+    // Queued work may still read the old block, and an op that chains
+    // separate Run calls through scratch may have left an intermediate in
+    // it: let the work finish, then carry the contents over.
+    CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
+                "aclrtSynchronizeStream");
+    CheckStatus(rt.rt_memcpy(data, size, pool.data, pool.size,
+                             /*ACL_MEMCPY_DEVICE_TO_DEVICE=*/3),
+                "ascend", "aclrtMemcpy");
+    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
+  }
   pool.data = static_cast<char*>(data);
   pool.size = size;
   return pool.data;
@@ -144,6 +147,16 @@ AclDataType ToAcl(DataType dtype) {
       return AclDataType::kDouble;
   }
   return AclDataType::kFloat;
+}
+
+IntArrayHandle::IntArrayHandle(std::initializer_list<int64_t> values) {
+  const Runtime& rt = GetRuntime();
+  array_ = rt.create_int_array(values.begin(), values.size());
+  if (!array_) {
+    const char* message = rt.get_recent_err_msg();
+    throw BackendError(detail::Concat("polyops: aclCreateIntArray failed: ",
+                                      message ? message : "(no message)"));
+  }
 }
 
 AclScalar* ScalarOne(DataType dtype) {

@@ -235,6 +235,22 @@ class ScalarHandle {
   AclScalar* scalar_;
 };
 
+// An aclIntArray owned by an instance (CANN copies the values at
+// creation): host integer arrays known at construction.
+class IntArrayHandle {
+ public:
+  explicit IntArrayHandle(std::initializer_list<int64_t> values);
+  IntArrayHandle(const IntArrayHandle&) = delete;
+  IntArrayHandle& operator=(const IntArrayHandle&) = delete;
+  ~IntArrayHandle() {
+    if (array_ && RuntimeLoaded()) GetRuntime().destroy_int_array(array_);
+  }
+  const AclIntArray* get() const { return array_; }
+
+ private:
+  AclIntArray* array_;
+};
+
 // 1 as the aclScalar aclnnAdd's alpha wants: float for floating tensors,
 // int64 for integer ones.
 AclScalar* ScalarOne(DataType dtype);

@@ -1,0 +1,176 @@
+#ifndef POLYOPS_ASCEND_APPLY_ROTARY_POS_EMB_ACLNN_H_
+#define POLYOPS_ASCEND_APPLY_ROTARY_POS_EMB_ACLNN_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+
+#include "ascend/copy.h"
+#include "ascend/launch.h"
+#include "base/apply_rotary_pos_emb.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: aclnnApplyRotaryPosEmbV2(queryRef, keyRef, cos, sin, layout = 4
+// (TND), rotaryMode "half" (neox) or "interleave" (GPT-J)), in place on
+// [T, H, 128] query and key. The API wants cos/sin per head dim, [T, 1, D]
+// (IO's TND call; the double's reading), while polyops passes [T, D/2]
+// halves; so every call first expands them into scratch with two
+// aclnnInplaceCopy launches over broadcast views (no host work, and a
+// float32 table is cast to query's dtype on the way):
+//   half:       row t = [c_0 .. c_{D/2-1}, c_0 .. c_{D/2-1}],
+//   interleave: row t = [c_0, c_0, c_1, c_1, ...].
+// query_out/key_out given: aclnnInplaceCopy of the input into it first,
+// then the rotation in place there. key None: keyRef is a scratch
+// [T, 1, 128], rotated and discarded.
+// NotImplementedError: a head size other than 128 (the only one of the
+// doc's Atlas A2 table, which the double enforces), partial rotary (the
+// API rotates whole heads), query/key/outputs not contiguous [T, H, D]
+// (the API reads TND). Up to 5 launches per call, so this op relies on
+// the multi-launch scratch contract of ascend::Operand.
+template <>
+class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
+    : public ApplyRotaryPosEmb {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+
+  Operator(const Tensor& query, const std::optional<Tensor>& key,
+           const Tensor& cos, const Tensor& sin, bool is_neox_style,
+           const std::optional<Tensor>& query_out,
+           const std::optional<Tensor>& key_out)
+      : ApplyRotaryPosEmb(query, key, cos, sin, is_neox_style, query_out,
+                          key_out) {
+    const RotaryGeometry& g = geometry_;
+    POLYOPS_CHECK_T(g.head_size == kHeadDim && g.rotary_dim == kHeadDim,
+                    NotImplemented,
+                    "polyops.apply_rotary_pos_emb on npu is not supported for "
+                    "head size ",
+                    g.head_size, " (rotary_dim ", g.rotary_dim, ") with ",
+                    DataTypeName(dtype_),
+                    " because aclnnApplyRotaryPosEmbV2 rotates whole heads of "
+                    "128 only on Atlas A2");
+    bool packed = Packed(g.query) && Packed(g.query_out);
+    if (g.has_key) packed = packed && Packed(g.key) && Packed(g.key_out);
+    POLYOPS_CHECK_T(packed, NotImplemented,
+                    "polyops.apply_rotary_pos_emb on npu is not supported for ",
+                    DataTypeName(dtype_),
+                    " query/key that are not contiguous [T, H, D] because "
+                    "aclnnApplyRotaryPosEmbV2 reads the TND layout");
+    table_bytes_ =
+        ascend::ScratchAlign(g.tokens * kHeadDim * DataTypeSize(dtype_));
+    scratch_bytes_ = (g.has_key ? 2 : 3) * table_bytes_;
+  }
+
+  void operator()(const Handle& handle, const Tensor& query,
+                  const std::optional<Tensor>& key, const Tensor& cos,
+                  const Tensor& sin, bool,
+                  const std::optional<Tensor>& query_out,
+                  const std::optional<Tensor>& key_out) const override {
+    const RotaryGeometry& g = geometry_;
+    if (g.tokens == 0) return;
+    using ascend::Operand;
+    const Tensor q = Heads(query_out ? *query_out : query, g.query.heads);
+    if (query_out) {
+      ascend::RunCopy(query_copy_, kName, handle, Operand::Ref(q),
+                      Operand::In(Heads(query, g.query.heads)), scratch_bytes_);
+    }
+    Operand k = Operand::ScratchRef(Table(query), 2 * table_bytes_);
+    if (key) {
+      k = Operand::Ref(Heads(key_out ? *key_out : *key, g.key.heads));
+      if (key_out) {
+        ascend::RunCopy(key_copy_, kName, handle, k,
+                        Operand::In(Heads(*key, g.key.heads)), scratch_bytes_);
+      }
+    }
+    Expand(cos_copy_, handle, cos, 0);
+    Expand(sin_copy_, handle, sin, table_bytes_);
+    static const auto launch =
+        ascend::Phase2("aclnnApplyRotaryPosEmbV2", "8.2.RC1.alpha002");
+    executor_.Run(kName, "aclnnApplyRotaryPosEmbV2", handle,
+                  {Operand::Ref(q), k, Operand::ScratchIn(Table(query), 0),
+                   Operand::ScratchIn(Table(query), table_bytes_)},
+                  scratch_bytes_, &Prepare, const_cast<Operator*>(this),
+                  launch);
+  }
+
+ private:
+  static constexpr int64_t kHeadDim = 128;
+
+  bool Packed(const RotaryHeads& heads) const {
+    return heads.head_stride == kHeadDim &&
+           (geometry_.tokens <= 1 ||
+            heads.token_stride == heads.heads * kHeadDim);
+  }
+
+  Tensor View(void* data, DataType dtype, std::initializer_list<int64_t> shape,
+              std::initializer_list<int64_t> strides,
+              const Tensor& like) const {
+    return Tensor::FromParts(data, static_cast<int>(shape.size()),
+                             shape.begin(), strides.begin(), dtype,
+                             like.device());
+  }
+
+  // [T, H, 128], contiguous.
+  Tensor Heads(const Tensor& t, int64_t heads) const {
+    return View(t.data(), dtype_, {geometry_.tokens, heads, kHeadDim},
+                {heads * kHeadDim, kHeadDim, 1}, t);
+  }
+
+  // A [T, 1, 128] table in scratch.
+  Tensor Table(const Tensor& like) const {
+    return View(nullptr, dtype_, {geometry_.tokens, 1, kHeadDim},
+                {kHeadDim, kHeadDim, 1}, like);
+  }
+
+  // table (scratch at `offset`) <- half, [T, 64] (row stride free),
+  // repeated as the rotary mode pairs the dims.
+  void Expand(ascend::ExecutorCache& executor, const Handle& handle,
+              const Tensor& half, int64_t offset) const {
+    const int64_t t = geometry_.tokens;
+    const int64_t h = kHeadDim / 2;
+    const int64_t row = half.stride(0);
+    const bool neox = geometry_.neox;
+    // half: [T, 1, 2, 64] <- [T, 1, 1, 64]; interleave: [T, 1, 64, 2] <-
+    // [T, 1, 64, 1].
+    const Tensor dst = neox ? View(nullptr, dtype_, {t, 1, 2, h},
+                                   {kHeadDim, kHeadDim, h, 1}, half)
+                            : View(nullptr, dtype_, {t, 1, h, 2},
+                                   {kHeadDim, kHeadDim, 2, 1}, half);
+    const Tensor src = neox ? View(half.data(), half.dtype(), {t, 1, 1, h},
+                                   {row, 0, 0, 1}, half)
+                            : View(half.data(), half.dtype(), {t, 1, h, 1},
+                                   {row, 0, 1, 0}, half);
+    ascend::RunCopy(executor, kName, handle,
+                    ascend::Operand::ScratchRef(dst, offset),
+                    ascend::Operand::In(src), scratch_bytes_);
+  }
+
+  static ascend::AclnnStatus Prepare(void* self, ascend::AclTensor* const* t,
+                                     uint64_t* workspace,
+                                     ascend::AclOpExecutor** executor) {
+    using Fn = ascend::AclnnStatus (*)(ascend::AclTensor*, ascend::AclTensor*,
+                                       const ascend::AclTensor*,
+                                       const ascend::AclTensor*, int64_t, char*,
+                                       uint64_t*, ascend::AclOpExecutor**);
+    static const auto get = ascend::Phase1<Fn>(
+        "aclnnApplyRotaryPosEmbV2GetWorkspaceSize", "8.2.RC1.alpha002");
+    char half[] = "half";
+    char interleave[] = "interleave";
+    const bool neox = static_cast<Operator*>(self)->geometry_.neox;
+    return get(t[0], t[1], t[2], t[3], /*layout TND=*/4,
+               neox ? half : interleave, workspace, executor);
+  }
+
+  int64_t table_bytes_ = 0;
+  int64_t scratch_bytes_ = 0;
+  mutable ascend::ExecutorCache query_copy_;
+  mutable ascend::ExecutorCache key_copy_;
+  mutable ascend::ExecutorCache cos_copy_;
+  mutable ascend::ExecutorCache sin_copy_;
+  mutable ascend::ExecutorCache executor_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_APPLY_ROTARY_POS_EMB_ACLNN_H_

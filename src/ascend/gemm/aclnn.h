@@ -1,0 +1,73 @@
+#ifndef POLYOPS_ASCEND_GEMM_ACLNN_H_
+#define POLYOPS_ASCEND_GEMM_ACLNN_H_
+
+#include <optional>
+
+#include "ascend/products.h"
+#include "base/gemm.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: one launch, chosen at construction from alpha, beta and c:
+//   alpha == 1, no beta term: aclnnMatmul(op(a), op(b), out);
+//   otherwise aclnnAddmm (2-D) or aclnnBaddbmm (batched; a shared 2-D
+//   operand as a batch-stride-0 view) with beta before alpha, self = c
+//   (out may be c: the in-place accumulate), or self = out with beta = 0
+//   when there is no beta term;
+//   alpha == 0 or k == 0: the same call over k = 0 views of a and b, an
+//   empty product, so a and b are not read (their NaNs do not propagate).
+// BLAS's "beta == 0 does not read c" rests on aclnnAddmm/aclnnBaddbmm
+// ignoring self when beta is 0, as torch.addmm specifies and the double
+// implements; never checked on a real toolkit. trans_a/trans_b are views
+// with swapped dims and strides. cubeMathType 0 keeps float32 exact
+// (ascend::kKeepDtype).
+template <>
+class Operator<Gemm, Device::Type::kAscend, 0> : public Gemm {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+
+  Operator(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c,
+           double alpha, double beta, bool trans_a, bool trans_b,
+           const std::optional<Tensor>& out)
+      : Gemm(a, b, c, alpha, beta, trans_a, trans_b, out),
+        reads_c_(c.has_value() && beta != 0.0),
+        empty_product_(alpha == 0.0 || layout_.k == 0),
+        matmul_(!empty_product_ && !reads_c_ && alpha == 1.0),
+        alpha_scalar_(ascend::ScalarFloat(alpha)),
+        beta_scalar_(ascend::ScalarFloat(reads_c_ ? beta : 0.0)) {}
+
+  void operator()(const Handle& handle, const Tensor& a, const Tensor& b,
+                  const std::optional<Tensor>& c, double, double, bool trans_a,
+                  bool trans_b,
+                  const std::optional<Tensor>& out) const override {
+    if (out->numel() == 0) return;
+    if (matmul_) {
+      ascend::RunMatmul(executor_, kName, handle,
+                        ascend::Transposed(a, trans_a),
+                        ascend::Transposed(b, trans_b), *out);
+      return;
+    }
+    const GemmLayout& l = layout_;
+    const bool batched = out->ndim() == 3;
+    const int64_t k = empty_product_ ? 0 : l.k;
+    const Tensor a_view =
+        ascend::MatrixView(a, l.a, l.batch, batched, l.m, k, *out);
+    const Tensor b_view =
+        ascend::MatrixView(b, l.b, l.batch, batched, k, l.n, *out);
+    ascend::RunAddmm(executor_, kName, handle, reads_c_ ? *c : *out, a_view,
+                     b_view, beta_scalar_.get(), alpha_scalar_.get(), *out);
+  }
+
+ private:
+  bool reads_c_;
+  bool empty_product_;
+  bool matmul_;
+  ascend::ScalarHandle alpha_scalar_;
+  ascend::ScalarHandle beta_scalar_;
+  mutable ascend::ExecutorCache executor_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_GEMM_ACLNN_H_

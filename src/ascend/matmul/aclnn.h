@@ -1,0 +1,40 @@
+#ifndef POLYOPS_ASCEND_MATMUL_ACLNN_H_
+#define POLYOPS_ASCEND_MATMUL_ACLNN_H_
+
+#include <optional>
+
+#include "ascend/products.h"
+#include "base/matmul.h"
+#include "core/operator.h"
+
+namespace polyops {
+
+// Slot 0: aclnnMatmul(self, mat2, out, cubeMathType = 0), which broadcasts
+// a 2-D operand (or a batch of one) over the other's batch as torch.matmul
+// does. cubeMathType 0 (KEEP_DTYPE) keeps float32 in float32 (never HF32,
+// ASCEND.md trap 16). Row- and column-major matrices are passed as strided
+// views (no copy). k == 0 gives zeros (an empty product; the double does
+// so, never checked on a real toolkit).
+template <>
+class Operator<Matmul, Device::Type::kAscend, 0> : public Matmul {
+ public:
+  static constexpr const char* kImplementationName = "aclnn";
+  using Matmul::Matmul;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    if (out->numel() == 0) return;
+    // Empty operands (k == 0) may have no address: point them at out.
+    const Tensor a = input.numel() == 0 ? input.WithData(out->data()) : input;
+    const Tensor b = other.numel() == 0 ? other.WithData(out->data()) : other;
+    ascend::RunMatmul(executor_, kName, handle, a, b, *out);
+  }
+
+ private:
+  mutable ascend::ExecutorCache executor_;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_ASCEND_MATMUL_ACLNN_H_

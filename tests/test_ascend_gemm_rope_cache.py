@@ -1,0 +1,212 @@
+"""The Ascend matmul/gemm/linear, RoPE and KV-cache slots beyond the parity table.
+
+Each check runs in a fresh interpreter on the CANN test double (``run_child`` of
+test_ascend.py): the CANN version gate of reshape_and_cache (trap 3 of the
+CANN contract: 8.3.RC1.alpha003 exports aclnnScatterPaKvCache with a shorter
+prototype), the host path of the multi-launch slots (phase 1 once per geometry;
+no synchronization or copy on a hit), intermediates that survive the stream
+pool's growth, and the forms the parity table reaches only on other dtypes.
+References are float64 computations of the math.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_ascend import _skip_reason, run_child
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+# The reshape_and_cache call of the version tests: 3 tokens into 2 blocks of 2.
+_CACHE_CALL = """
+key = torch.randn(3, 2, 32, dtype=torch.float16)
+value = torch.randn(3, 2, 32, dtype=torch.float16)
+key_cache = torch.zeros(2, 2, 2, 32, dtype=torch.float16)
+value_cache = torch.zeros(2, 2, 2, 32, dtype=torch.float16)
+slots = torch.tensor([3, -1, 0])
+npu = [t.to("npu") for t in (key, value, key_cache, value_cache, slots)]
+try:
+    polyops.reshape_and_cache(*npu)
+    error = None
+except RuntimeError as caught:
+    error = str(caught)
+expected_key = key_cache.clone()
+expected_value = value_cache.clone()
+for token, slot in ((0, 3), (2, 0)):
+    expected_key[slot // 2, slot % 2] = key[token]
+    expected_value[slot // 2, slot % 2] = value[token]
+written = torch.equal(npu[2].cpu(), expected_key) and torch.equal(npu[3].cpu(), expected_value)
+calls = [c["function"] for c in cann_calls()]
+report({"error": error, "written": written, "calls": calls})
+"""
+
+
+@pytest.mark.parametrize("version", ["8.3.RC1.alpha003", "8.2.RC1", "7.0.0"])
+def test_scatter_pa_kv_cache_is_refused_on_other_prototypes(version):
+    result = run_child(_CACHE_CALL, env={"POLYOPS_CANN_DOUBLE_VERSION": version})
+    assert result["error"] is not None and version in result["error"]
+    assert "8.3.RC1" in result["error"]
+    # Refused before any call with the wrong arity.
+    assert not any(f.startswith("aclnnScatterPaKvCache") for f in result["calls"])
+
+
+@pytest.mark.parametrize("version", ["8.3.RC1", "8.5.0", "9.0.0"])
+def test_scatter_pa_kv_cache_runs_on_the_commercial_prototype(version):
+    result = run_child(_CACHE_CALL, env={"POLYOPS_CANN_DOUBLE_VERSION": version})
+    assert result["error"] is None
+    assert result["written"]
+
+
+def test_repeated_calls_skip_phase_one_and_never_synchronize():
+    # Every slot, including the multi-launch ones (int32 positions, key None,
+    # strided key/value, out-of-place apply_rotary_pos_emb), on a second call
+    # with new tensors of the same geometry.
+    calls = run_child(
+        """
+        def inputs():
+            a, b = torch.randn(3, 4, 5).to("npu"), torch.randn(5, 6).to("npu")
+            c, weight = torch.randn(6).to("npu"), torch.randn(6, 5).to("npu")
+            positions = torch.randint(0, 16, (5,), dtype=torch.int32).to("npu")
+            rope = torch.randn(5, 2 * 32, dtype=torch.float16).to("npu")
+            cache = torch.randn(16, 32, dtype=torch.float16).to("npu")
+            query = torch.randn(4, 2, 128).to("npu")
+            cos, sin = torch.randn(4, 64).to("npu"), torch.randn(4, 64).to("npu")
+            qkv = torch.randn(3, 3, 2, 16, dtype=torch.bfloat16).to("npu")
+            caches = [torch.zeros(2, 4, 2, 16, dtype=torch.bfloat16).to("npu") for _ in "kv"]
+            slots = torch.tensor([5, 0, 7]).to("npu")
+            return (a, b, c, weight, positions, rope, cache, query, cos, sin,
+                    torch.empty_like(query), qkv, caches, slots)
+
+        def run(a, b, c, weight, positions, rope, cache, query, cos, sin, out, qkv, caches, slots):
+            polyops.gemm(a, b, c, alpha=0.5, beta=2.0)
+            polyops.gemm(a, b, alpha=0.0)
+            polyops.gemm(a[0], b, c, beta=1.0)
+            polyops.linear(a[:, :3], weight, c)
+            polyops.matmul(a, b)
+            polyops.rotary_embedding(positions, rope, None, 32, cache)
+            polyops.apply_rotary_pos_emb(query, None, cos, sin, query_out=out)
+            polyops.reshape_and_cache(qkv[:, 1], qkv[:, 2], *caches, slots)
+
+        run(*inputs())
+        second = inputs()
+        clear_cann_calls()
+        run(*second)
+        report([c["function"] for c in cann_calls()])
+        """
+    )
+    assert not any(f.endswith("GetWorkspaceSize") for f in calls), calls
+    assert not any(f in ("aclrtSynchronizeStream", "aclrtMemcpy") for f in calls), calls
+    for api in (
+        "aclnnAddmm",
+        "aclnnBaddbmm",
+        "aclnnMatmul",
+        "aclnnCast",
+        "aclnnRopeWithSinCosCache",
+        "aclnnApplyRotaryPosEmbV2",
+        "aclnnScatterPaKvCache",
+    ):
+        assert api in calls
+    assert calls.count("aclnnInplaceCopy") == 5  # q_out, cos, sin, key, value
+
+
+def test_multi_launch_intermediates_survive_pool_growth():
+    # A fresh process: the first calls grow the stream's pool between the
+    # launches that write and read the scratch intermediates.
+    result = run_child(
+        """
+        torch.manual_seed(0)
+        # Scratch past the pool's first 1 MiB: int64 positions and key None's
+        # keyOut; aclnnRopeWithSinCosCache's larger workspace then grows the
+        # pool after aclnnCast has written the positions.
+        tokens, heads = 20000, 4
+        query = torch.randn(tokens, heads * 32, dtype=torch.float16)
+        cache = torch.randn(64, 32, dtype=torch.float16)
+        positions = torch.randint(0, 64, (tokens,), dtype=torch.int32)
+        q, p, c = query.to("npu"), positions.to("npu"), cache.to("npu")
+        clear_cann_calls()
+        polyops.rotary_embedding(p, q, None, 32, c)
+        calls = [c["function"] for c in cann_calls()]
+        cast, rope = calls.index("aclnnCast"), calls.index("aclnnRopeWithSinCosCache")
+        grew = "aclrtMemcpy" in calls[cast:rope]
+        x = query.double().view(tokens, heads, 32)
+        cos, sin = cache.double()[positions.long()].chunk(2, dim=-1)
+        x1, x2 = x[..., :16], x[..., 16:]
+        expected = torch.cat(
+            [x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]], -1
+        )
+        error = (q.cpu().double().view(tokens, heads, 32) - expected).abs().max().item()
+        report({"error": error, "grew": grew})
+        """
+    )
+    assert result["grew"]
+    assert result["error"] < 2e-2
+
+
+def test_rotary_embedding_key_none_int32_positions_and_outputs():
+    # The parity table's key=None case has head size 16, which float16 cannot run.
+    result = run_child(
+        """
+        torch.manual_seed(1)
+        tokens, heads, head_size, rotary = 6, 3, 64, 32
+        query = torch.randn(tokens, heads, head_size, dtype=torch.bfloat16)
+        cache = torch.randn(20, rotary, dtype=torch.bfloat16)
+        positions = torch.randint(0, 20, (tokens,), dtype=torch.int32)
+        q = query.to("npu")
+        out = torch.full_like(q, float("nan"))
+        got = polyops.rotary_embedding(
+            positions.to("npu"), q, None, head_size, cache.to("npu"),
+            False, rotary_dim=rotary, query_out=out,
+        )
+        x = query.double()
+        cos, sin = cache.double()[positions.long()].chunk(2, dim=-1)
+        x1, x2 = x[..., 0:rotary:2], x[..., 1:rotary:2]
+        expected = x.clone()
+        expected[..., 0:rotary:2] = x1 * cos[:, None] - x2 * sin[:, None]
+        expected[..., 1:rotary:2] = x2 * cos[:, None] + x1 * sin[:, None]
+        report({
+            "error": (out.cpu().double() - expected).abs().max().item(),
+            "input_kept": torch.equal(q.cpu(), query),
+            "key_out": got[1] is None,
+        })
+        """
+    )
+    assert result["error"] < 5e-2 and result["input_kept"] and result["key_out"]
+
+
+def test_apply_rotary_pos_emb_key_none_and_out_of_place():
+    result = run_child(
+        """
+        torch.manual_seed(2)
+        tokens, heads = 5, 2
+        query = torch.randn(tokens, heads, 128)
+        key = torch.randn(tokens, 1, 128)
+        cos, sin = torch.randn(tokens, 64), torch.randn(tokens, 64)
+
+        def reference(x, neox):
+            x = x.double()
+            c, s = cos.double()[:, None], sin.double()[:, None]
+            if neox:
+                x1, x2 = x[..., :64], x[..., 64:]
+                return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+            out = x.clone()
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
+            return out
+
+        errors = []
+        for neox in (True, False):
+            q, k = query.to("npu"), key.to("npu")
+            q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+            polyops.apply_rotary_pos_emb(
+                q, k, cos.to("npu"), sin.to("npu"), is_neox_style=neox,
+                query_out=q_out, key_out=k_out,
+            )
+            errors.append((q_out.cpu().double() - reference(query, neox)).abs().max().item())
+            errors.append((k_out.cpu().double() - reference(key, neox)).abs().max().item())
+            errors.append(0.0 if torch.equal(q.cpu(), query) else 1.0)
+            q = query.to("npu")
+            polyops.apply_rotary_pos_emb(q, None, cos.to("npu"), sin.to("npu"), is_neox_style=neox)
+            errors.append((q.cpu().double() - reference(query, neox)).abs().max().item())
+        report(max(errors))
+        """
+    )
+    assert result < 1e-4
