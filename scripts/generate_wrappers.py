@@ -405,7 +405,11 @@ def _emit_autograd(spec: OpSpec, written: dict[str, str], tensors: dict[str, str
     map argument names to C++ expressions of their at::Tensor (a pointer, reference or
     optional; nullptr or nullopt when not given)."""
     op = f'"{spec.name}"'
-    lines = [f'    CheckWritable({expr}, {op}, "{name}");' for name, expr in written.items()]
+    lines = []
+    for name, expr in written.items():
+        # A name in parentheses is already a C++ expression (see emit_binding).
+        label = name if name.startswith("(") else f'"{name}"'
+        lines.append(f"    CheckWritable({expr}, {op}, {label});")
     lines += [f'    CheckNoGrad({expr}, {op}, "{name}");' for name, expr in tensors.items()]
     return lines
 
@@ -543,7 +547,8 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
         if kind == "alias":
             optional = spec.param(alias).cpp_type == "std::optional<Tensor>"
             fallback = f"{alias}_t" if optional else f"&{alias}_t"
-            written[name] = f"{name}_t ? {name}_t : {fallback}"
+            # Named after what the caller passed: the output, or the input it defaults to.
+            written[f'({name}_t ? "{name}" : "{alias}")'] = f"{name}_t ? {name}_t : {fallback}"
         else:
             written[name] = f"&{name}_t" if kind == "mutates" else f"{name}_t"
     tensors = {}
