@@ -47,9 +47,7 @@ struct Libraries {
   std::mutex mutex;
   bool loaded = false;
   Runtime runtime{};
-  void* runtime_library = nullptr;   // libascendcl.so or libacl_rt.so
-  void* nnopbase_library = nullptr;  // libnnopbase.so
-  std::vector<void*> op_libraries;   // libopapi.so or the per-repo ones
+  std::vector<void*> op_libraries;  // libopapi.so or the per-repo ones
   std::string op_library_names;
   std::unordered_map<std::string, void*> symbols;
 };
@@ -175,8 +173,6 @@ void Load(Libraries& state) {
   }
   rt.directory = found_in.empty() ? "the loader path" : found_in;
   state.runtime = rt;
-  state.runtime_library = runtime;
-  state.nnopbase_library = nnopbase;
   state.op_libraries = std::move(ops);
   state.op_library_names = std::move(op_names);
   state.loaded = true;
@@ -212,25 +208,6 @@ void* OpSymbol(const char* name, const char* since) {
       runtime.directory, ", CANN ",
       runtime.version.empty() ? "of unknown version" : runtime.version,
       "); it exists from CANN ", since, " on"));
-}
-
-void* CommonSymbol(const char* name) {
-  const Runtime& runtime = GetRuntime();
-  Libraries& state = State();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  auto found = state.symbols.find(name);
-  if (found != state.symbols.end()) return found->second;
-  for (void* library : {state.runtime_library, state.nnopbase_library}) {
-    if (void* address = dlsym(library, name)) {
-      state.symbols.emplace(name, address);
-      return address;
-    }
-  }
-  throw BackendError(detail::Concat(
-      "polyops: ", name, " is in neither the CANN runtime nor libnnopbase.so (",
-      runtime.directory, ", CANN ",
-      runtime.version.empty() ? "of unknown version" : runtime.version,
-      "); every CANN release since 8.0 has it"));
 }
 
 void CheckStatus(int status, const char* op, const char* call) {

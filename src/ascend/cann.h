@@ -39,6 +39,7 @@ enum class AclDataType : int32_t {
 
 inline constexpr int32_t kAclFormatNd = 2;        // aclFormat ACL_FORMAT_ND
 inline constexpr int kAclMemcpyHostToDevice = 1;  // aclrtMemcpyKind
+inline constexpr int kAclMemcpyDeviceToHost = 2;
 
 // The runtime (libascendcl.so) and nnopbase (libnnopbase.so) functions the
 // backend uses, resolved together on first use.
@@ -94,13 +95,6 @@ const Runtime& GetRuntime();
 // Missing: BackendError naming the symbol, the libraries searched, the
 // loaded CANN version and `since`, the first CANN version that has it.
 void* OpSymbol(const char* name, const char* since);
-
-// A function of the runtime (libascendcl.so) or nnopbase (libnnopbase.so)
-// that Runtime does not carry (aclrtMemcpy, aclCreateIntArray, ...), by
-// name, resolved once and cached: ops that need more of CANN's common API
-// look it up here instead of growing Runtime. Missing: BackendError naming
-// the symbol and the libraries searched.
-void* CommonSymbol(const char* name);
 
 // Throws BackendError for a non-zero status, with CANN's own message.
 void CheckStatus(int status, const char* op, const char* call);

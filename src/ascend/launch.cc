@@ -99,26 +99,13 @@ uint64_t RoundScratch(int64_t bytes) {
                                kScratchAlignment * kScratchAlignment);
 }
 
-// The common-API functions only some ops use (cann.h, CommonSymbol).
-template <typename Fn>
-Fn Common(const char* name) {
-  return reinterpret_cast<Fn>(CommonSymbol(name));
-}
-using CreateIntArrayFn = AclIntArray* (*)(const int64_t*, uint64_t);
-using DestroyIntArrayFn = AclnnStatus (*)(const AclIntArray*);
-using CreateTensorListFn = AclTensorList* (*)(const AclTensor* const*,
-                                              uint64_t);
-using DestroyTensorListFn = AclnnStatus (*)(const AclTensorList*);
-// aclrtMemcpy(dst, destMax, src, count, kind)
-using MemcpyFn = AclError (*)(void*, size_t, const void*, size_t, int);
-constexpr int kMemcpyHostToDevice = 1;  // ACL_MEMCPY_HOST_TO_DEVICE
-constexpr int kMemcpyDeviceToHost = 2;  // ACL_MEMCPY_DEVICE_TO_HOST
-
+// A CANN object creator's result, or BackendError with CANN's message.
 void CheckCreated(const void* object, const char* op, const char* call) {
   if (object) return;
   const char* message = GetRuntime().get_recent_err_msg();
-  throw BackendError(detail::Concat("polyops.", op, ": ", call, " failed: ",
-                                    message ? message : "(no message)"));
+  throw BackendError(
+      detail::Concat("polyops", op ? "." : "", op ? op : "", ": ", call,
+                     " failed: ", message ? message : "(no message)"));
 }
 
 }  // namespace
@@ -152,11 +139,7 @@ AclDataType ToAcl(DataType dtype) {
 IntArrayHandle::IntArrayHandle(std::initializer_list<int64_t> values) {
   const Runtime& rt = GetRuntime();
   array_ = rt.create_int_array(values.begin(), values.size());
-  if (!array_) {
-    const char* message = rt.get_recent_err_msg();
-    throw BackendError(detail::Concat("polyops: aclCreateIntArray failed: ",
-                                      message ? message : "(no message)"));
-  }
+  CheckCreated(array_, nullptr, "aclCreateIntArray");
 }
 
 AclScalar* ScalarOne(DataType dtype) {
@@ -166,22 +149,14 @@ AclScalar* ScalarOne(DataType dtype) {
   AclScalar* scalar = IsFloatingPoint(dtype)
                           ? rt.create_scalar(&one_float, AclDataType::kFloat)
                           : rt.create_scalar(&one_int, AclDataType::kInt64);
-  if (!scalar) {
-    const char* message = rt.get_recent_err_msg();
-    throw BackendError(detail::Concat("polyops: aclCreateScalar failed: ",
-                                      message ? message : "(no message)"));
-  }
+  CheckCreated(scalar, nullptr, "aclCreateScalar");
   return scalar;
 }
 
 AclScalar* ScalarFloat(float value) {
   const Runtime& rt = GetRuntime();
   AclScalar* scalar = rt.create_scalar(&value, AclDataType::kFloat);
-  if (!scalar) {
-    const char* message = rt.get_recent_err_msg();
-    throw BackendError(detail::Concat("polyops: aclCreateScalar failed: ",
-                                      message ? message : "(no message)"));
-  }
+  CheckCreated(scalar, nullptr, "aclCreateScalar");
   return scalar;
 }
 
@@ -425,16 +400,9 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
 OneShotCall::~OneShotCall() {
   if (!RuntimeLoaded()) return;
   const Runtime& rt = GetRuntime();
-  if (!lists_.empty()) {
-    static const auto destroy =
-        Common<DestroyTensorListFn>("aclDestroyTensorList");
-    for (AclTensorList* list : lists_) destroy(list);
-  }
+  for (AclTensorList* list : lists_) rt.destroy_tensor_list(list);
   for (AclTensor* tensor : tensors_) rt.destroy_tensor(tensor);
-  if (!arrays_.empty()) {
-    static const auto destroy = Common<DestroyIntArrayFn>("aclDestroyIntArray");
-    for (AclIntArray* array : arrays_) destroy(array);
-  }
+  for (AclIntArray* array : arrays_) rt.destroy_int_array(array);
 }
 
 AclTensor* OneShotCall::Describe(const Tensor& view) {
@@ -444,13 +412,12 @@ AclTensor* OneShotCall::Describe(const Tensor& view) {
 }
 
 AclTensorList* OneShotCall::DescribeList(std::initializer_list<Tensor> views) {
-  static const auto create = Common<CreateTensorListFn>("aclCreateTensorList");
   const Runtime& rt = GetRuntime();
   std::vector<AclTensor*> elements;
   for (const Tensor& view : views) {
     elements.push_back(CreateTensor(rt, view, Place(view, op_), op_));
   }
-  AclTensorList* list = create(elements.data(), elements.size());
+  AclTensorList* list = rt.create_tensor_list(elements.data(), elements.size());
   if (!list) {
     for (AclTensor* tensor : elements) rt.destroy_tensor(tensor);
   }
@@ -460,8 +427,8 @@ AclTensorList* OneShotCall::DescribeList(std::initializer_list<Tensor> views) {
 }
 
 AclIntArray* OneShotCall::IntArray(const std::vector<int64_t>& values) {
-  static const auto create = Common<CreateIntArrayFn>("aclCreateIntArray");
-  AclIntArray* array = create(values.data(), values.size());
+  AclIntArray* array =
+      GetRuntime().create_int_array(values.data(), values.size());
   CheckCreated(array, op_, "aclCreateIntArray");
   arrays_.push_back(array);
   return array;
@@ -488,34 +455,29 @@ void OneShotCall::Launch(const Handle& handle, const char* api,
 void CopyToHost(const Handle& handle, void* host, const void* device,
                 size_t bytes, const char* op) {
   if (bytes == 0) return;
-  static const auto copy = Common<MemcpyFn>("aclrtMemcpy");
   const Runtime& rt = GetRuntime();
   CheckStatus(rt.rt_synchronize_stream(handle.stream), op,
               "aclrtSynchronizeStream");
-  CheckStatus(copy(host, bytes, device, bytes, kMemcpyDeviceToHost), op,
-              "aclrtMemcpy (device to host)");
+  CheckStatus(rt.rt_memcpy(host, bytes, device, bytes, kAclMemcpyDeviceToHost),
+              op, "aclrtMemcpy (device to host)");
 }
 
 const void* ProcessConstant(const char* name, int device_index, size_t bytes,
                             void (*fill)(void* host, size_t bytes)) {
   static std::mutex* mutex = new std::mutex;
   // Used until exit, like the libraries: never freed.
-  static auto* constants = new std::map<std::pair<std::string, int>, void*>;
+  static auto* constants =
+      new std::map<std::pair<std::string, int>, DeviceBuffer*>;
   std::lock_guard<std::mutex> lock(*mutex);
   auto found = constants->find({name, device_index});
-  if (found != constants->end()) return found->second;
-  static const auto copy = Common<MemcpyFn>("aclrtMemcpy");
-  const Runtime& rt = GetRuntime();
+  if (found != constants->end()) return found->second->data();
   std::vector<unsigned char> host(bytes);
   fill(host.data(), bytes);
-  void* data = nullptr;
-  CheckStatus(rt.rt_malloc(&data, bytes, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0), name,
-              "aclrtMalloc");
-  const AclError status =
-      copy(data, bytes, host.data(), bytes, kMemcpyHostToDevice);
-  if (status != 0) rt.rt_free(data);
-  CheckStatus(status, name, "aclrtMemcpy (host to device)");
-  constants->emplace(std::make_pair(std::string(name), device_index), data);
+  auto buffer = std::make_unique<DeviceBuffer>();
+  buffer->Upload(host.data(), bytes);
+  const void* data = buffer->data();
+  constants->emplace(std::make_pair(std::string(name), device_index),
+                     buffer.release());
   return data;
 }
 
