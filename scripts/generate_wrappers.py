@@ -349,7 +349,7 @@ def _alias_index(spec: OpSpec, output: Param) -> int:
 
 def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]:
     """A caller's output as a view; an omitted one with a Default<Out> as a placeholder
-    (allocated by _emit_allocate once the op has validated its arguments)."""
+    (emit_binding allocates it once Get<Op> has validated the arguments)."""
     cls, op, name = spec.class_name, f'"{spec.name}"', f'"{param.name}"'
     lines = [
         f"    PyObject* {param.name}_given = Given(values[{index}]);",
@@ -368,10 +368,10 @@ def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]
 
 
 def _written(spec: OpSpec) -> list[tuple[str, str, str]]:
-    """What an op writes: (name, the output or the input it defaults to, is optional).
+    """What an op writes: (name, the input an omitted output defaults to or "", kind).
 
-    Outputs without a Default<Out> allocator default to their input (in place); kMutates
-    inputs are written too."""
+    kind is "out" (an output with a Default<Out> allocator), "alias" (an output that
+    defaults to its input: in place) or "mutates" (a kMutates input)."""
     result = []
     for param in spec.outputs:
         if _camel(param.name) in spec.defaults:
@@ -436,9 +436,9 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
     for param in spec.params:
         if param.name.endswith("_host"):
             # Host mirrors of device tensors (e.g. paged_attention's seq_lens_host) live on
-            # the CPU whatever the op's device: that is their purpose.
-            lines.append(f'    CheckOnHost({param.name}, {op}, "{param.name}");')
-        elif param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
+            # the CPU whatever the op's device: the base class checks them (CheckHostMirror).
+            continue
+        if param.is_tensor or param.cpp_type in ("std::vector<Tensor>", "ScalarOrTensor"):
             lines.append(f'    CheckDevice({param.name}, device, {op}, "{param.name}");')
     lines.append("    switch (type) {")
     for device in devices:

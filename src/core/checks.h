@@ -65,7 +65,9 @@ inline void CheckContiguous(const char* op, const char* name,
 // A host mirror of a device tensor (paged_attention's seq_lens_host,
 // flash_attention's cu_seqlens_*_host), when given: a CPU tensor with the
 // dtype and shape of `device`, last dim contiguous. Its values cannot be
-// compared here (the device side is not readable on the host).
+// compared here (the device side is not readable on the host). The
+// bindings leave *_host arguments out of their same-device check: this is
+// where their device is checked.
 inline void CheckHostMirror(const char* op, const char* name,
                             const std::optional<Tensor>& host,
                             const char* device_name, const Tensor& device) {

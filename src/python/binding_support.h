@@ -298,14 +298,6 @@ inline void CheckDevice(const std::vector<Tensor>& tensors, Device device,
   for (const Tensor& tensor : tensors) CheckDevice(tensor, device, op, name);
 }
 
-inline void CheckOnHost(const std::optional<Tensor>& tensor, const char* op,
-                        const char* name) {
-  POLYOPS_CHECK(!tensor || tensor->device().type == Device::Type::kCpu,
-                "polyops.", op, ": ", name,
-                " must be a CPU tensor, got one on ",
-                DeviceTypeName(tensor->device().type));
-}
-
 inline std::string NoBackendMessage(const char* op, Device::Type type) {
   return detail::Concat("polyops.", op, " is not supported on device '",
                         DeviceTypeName(type),
