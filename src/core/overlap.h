@@ -1,5 +1,6 @@
 // Memory overlap between strided views, for the output checks every op runs
-// (see CheckWrites in the generated bindings and docs/api.md "Overlap").
+// (CheckOverlaps below, called by the generated Run<Op>; docs/api.md,
+// "Overlap").
 //
 // A view is a set of byte intervals: base + sum_k i_k * stride_k for every
 // index, each `element size` bytes wide. Two views overlap when the sets

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "python/binding_support.h"
 
 namespace polyops::python {
 
@@ -48,37 +49,34 @@ auto TranslateErrors(Fn&& fn) -> decltype(fn()) {
 // expects the op to return them; polyops' mutating overloads return
 // nothing, and that fallback's failed internal assert leaves a tensor
 // whose destruction aborts the interpreter. polyops reads raw memory, so
-// it refuses such views (as polyops.<op> does) instead of resolving them.
+// it refuses such views with polyops.<op>'s own error.
 inline void RejectMathBits(const c10::OperatorHandle& op,
                            c10::DispatchKeySet /*keys*/,
                            torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const auto values = torch::jit::last(*stack, arguments.size());
-  std::string name = "an argument";
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const auto has_bit = [](const at::Tensor& tensor) {
-      return tensor.defined() && (tensor.is_neg() || tensor.is_conj());
-    };
-    bool found = values[i].isTensor() && has_bit(values[i].toTensor());
-    if (values[i].isTensorList()) {
-      for (const at::Tensor& tensor : values[i].toTensorList().vec()) {
-        found |= has_bit(tensor);
+  const std::string qualified = op.schema().name();
+  const std::string name = qualified.substr(qualified.find("::") + 2);
+  const auto has_bit = [](const at::Tensor& tensor) {
+    return tensor.defined() && (tensor.is_neg() || tensor.is_conj());
+  };
+  TranslateErrors([&] {
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      std::vector<at::Tensor> tensors;
+      if (values[i].isTensor()) tensors.push_back(values[i].toTensor());
+      if (values[i].isTensorList()) tensors = values[i].toTensorList().vec();
+      for (const at::Tensor& tensor : tensors) {
+        if (has_bit(tensor)) {
+          ThrowUnsupportedTensor(tensor, name.c_str(),
+                                 arguments[i].name().c_str());
+        }
       }
     }
-    if (found) {
-      name = arguments[i].name();
-      break;
-    }
-  }
-  const std::string op_name = op.schema().name();
-  C10_THROW_ERROR(
-      NotImplementedError,
-      detail::Concat(
-          "polyops.", op_name.substr(op_name.find("::") + 2),
-          " is not supported for ", name,
-          " because it is a view with torch's negative or conjugate bit set "
-          "(e.g. z.conj().imag), whose memory holds the values before "
-          "negation; pass .resolve_neg() / .resolve_conj() of it"));
+    // Only a tensor with one of the bits routes a call here.
+    throw NotImplemented(
+        detail::Concat("polyops.", name,
+                       " is not supported for a negated or conjugated view"));
+  });
 }
 
 }  // namespace polyops::python
