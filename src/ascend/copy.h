@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "core/handle.h"
 
@@ -17,19 +18,9 @@ namespace polyops::ascend {
 inline void RunCopy(ExecutorCache& executor, const char* op,
                     const Handle& handle, const Operand& dst,
                     const Operand& src, int64_t scratch_bytes) {
-  using Fn =
-      AclnnStatus (*)(AclTensor*, const AclTensor*, uint64_t*, AclOpExecutor**);
-  struct Phase {
-    static AclnnStatus Prepare(void*, AclTensor* const* t, uint64_t* workspace,
-                               AclOpExecutor** made) {
-      static const auto get =
-          Phase1<Fn>("aclnnInplaceCopyGetWorkspaceSize", "8.0.RC1");
-      return get(t[0], t[1], workspace, made);
-    }
-  };
   static const auto launch = Phase2("aclnnInplaceCopy", "8.0.RC1");
   executor.Run(op, "aclnnInplaceCopy", handle, {dst, src}, scratch_bytes,
-               &Phase::Prepare, nullptr, launch);
+               &PrepareInplaceCopy, nullptr, launch);
 }
 
 // out <- src converted to out's dtype, through aclnnCast.
@@ -52,9 +43,6 @@ inline void RunCast(ExecutorCache& executor, const char* op,
   executor.Run(op, "aclnnCast", handle, {src, out}, scratch_bytes,
                &Phase::Prepare, &dtype, launch);
 }
-
-// Scratch areas: each intermediate starts on a 512-byte boundary.
-inline int64_t ScratchAlign(int64_t bytes) { return (bytes + 511) / 512 * 512; }
 
 }  // namespace polyops::ascend
 

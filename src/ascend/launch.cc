@@ -14,7 +14,6 @@ namespace polyops::ascend {
 namespace {
 
 constexpr uintptr_t kAlignment = 32;  // CANN: addresses 32-byte aligned
-constexpr int64_t kScratchAlignment = 512;
 
 struct Placement {
   void* base;      // 32-byte aligned, at or below the view's first element
@@ -92,11 +91,6 @@ char* Reserve(Pool& pool, AclStream stream, uint64_t bytes) {
   pool.data = static_cast<char*>(data);
   pool.size = size;
   return pool.data;
-}
-
-uint64_t RoundScratch(int64_t bytes) {
-  return static_cast<uint64_t>((bytes + kScratchAlignment - 1) /
-                               kScratchAlignment * kScratchAlignment);
 }
 
 // A CANN object creator's result, or BackendError with CANN's message.
@@ -370,7 +364,7 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
   for (size_t i = 0; i < count; ++i) {
     locks[i] = std::unique_lock<std::mutex>(launches[i].cache->mutex_);
   }
-  const uint64_t scratch_size = RoundScratch(scratch_bytes);
+  const auto scratch_size = static_cast<uint64_t>(ScratchAlign(scratch_bytes));
   char* scratch = Reserve(pool, handle.stream, scratch_size);
   uint64_t workspace = 0;
   for (size_t i = 0; i < count; ++i) {

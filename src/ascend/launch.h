@@ -179,6 +179,10 @@ class DeviceBuffer {
   void* data_ = nullptr;
 };
 
+// `bytes` rounded up to the 512-byte boundary every scratch area (and the
+// workspace after them) starts on.
+inline int64_t ScratchAlign(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
 // An aclnn operator's phase-1 (GetWorkspaceSize) function of type Fn, and
 // its phase-2 function, by name; `since` is the first CANN version with it.
 template <typename Fn>

@@ -29,7 +29,7 @@ class Operator<SiluAndMul, Device::Type::kAscend, 0> : public SiluAndMul {
     int64_t in_bytes = 0, out_bytes = 0;
     x_ = ascend::ContiguousLike(input, &in_bytes);
     y_ = ascend::ContiguousLike(*out, &out_bytes);
-    out_offset_ = copy_in_ ? (in_bytes + 511) / 512 * 512 : 0;
+    out_offset_ = copy_in_ ? ascend::ScratchAlign(in_bytes) : 0;
     scratch_bytes_ = out_offset_ + (copy_out_ ? out_bytes : 0);
   }
 
