@@ -27,10 +27,6 @@ FORMS = ["fast", "torch"]
 TESTS = pathlib.Path(__file__).resolve().parent
 
 
-def _function(form: str, op: str):
-    return getattr(polyops, op) if form == "fast" else getattr(torch.ops.polyops, op)
-
-
 def _case(op: str) -> Case:
     return CASES[op][0]()
 
@@ -193,25 +189,23 @@ def test_torch_form_raises_python_errors_or_runs(storageless_records):
 # --- 2. autograd -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_issue_example_out_write_is_seen_by_autograd(form):
+def test_issue_example_out_write_is_seen_by_autograd(api):
     a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     b = a * 1
     c = (b * b).sum()
     # Under grad mode, a tensor that requires grad is refused instead of detached.
     with pytest.raises(NotImplementedError, match=r"polyops\.mul does not support autograd"):
-        _function(form, "mul")(b, torch.full((3,), 10.0), out=b)
+        api.mul(b, torch.full((3,), 10.0), out=b)
     # Written without grad mode, the version bump makes backward refuse stale values.
     with torch.no_grad():
-        _function(form, "mul")(b, torch.full((3,), 10.0), out=b)
+        api.mul(b, torch.full((3,), 10.0), out=b)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         c.backward()
     assert a.grad is None
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", OPS)
-def test_every_written_tensor_gets_its_version_bumped(op, form):
+def test_every_written_tensor_gets_its_version_bumped(op, api):
     for in_place in (False, True):
         if in_place and op not in ("rotary_embedding", "apply_rotary_pos_emb"):
             continue
@@ -222,14 +216,13 @@ def test_every_written_tensor_gets_its_version_bumped(op, form):
         written = _written(op, args, kwargs)
         assert written, op
         before = {name: t._version for name, t in written.items()}
-        _function(form, op)(*args, **kwargs)
+        getattr(api, op)(*args, **kwargs)
         for name, tensor in written.items():
             assert tensor._version > before[name], (op, name)
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", OPS)
-def test_inputs_that_require_grad_are_refused_under_grad_mode(op, form):
+def test_inputs_that_require_grad_are_refused_under_grad_mode(op, api):
     case = _case(op)
     for position in _float_positions(case):
         args = list(case.args)
@@ -242,17 +235,16 @@ def test_inputs_that_require_grad_are_refused_under_grad_mode(op, form):
             else (NotImplementedError, "does not support autograd")
         )
         with pytest.raises(error, match=rf"polyops\.{op}.* {words}"):
-            _function(form, op)(*args, **case.kwargs)
+            getattr(api, op)(*args, **case.kwargs)
         with torch.no_grad():  # inference: allowed, and nothing is recorded
-            result = _function(form, op)(*args, **case.kwargs)
+            result = getattr(api, op)(*args, **case.kwargs)
         for tensor in result if isinstance(result, tuple) else (result,):
             if tensor is not None and not any(tensor is a for a in args):
                 assert not tensor.requires_grad, op
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", OPS)
-def test_writing_into_a_leaf_that_requires_grad_raises(op, form):
+def test_writing_into_a_leaf_that_requires_grad_raises(op, api):
     if op == "topk_topp_sampling":
         pytest.skip("topk_topp_sampling writes int64 token ids, which cannot require grad")
     args, kwargs = _with_outputs(op)
@@ -265,9 +257,9 @@ def test_writing_into_a_leaf_that_requires_grad_raises(op, form):
             if container[key] is tensor:
                 container[key] = leaf
     with pytest.raises(RuntimeError, match=rf"{name} is a leaf tensor that requires grad"):
-        _function(form, op)(*args, **kwargs)
+        getattr(api, op)(*args, **kwargs)
     with torch.no_grad():  # as in torch: optimizer-style updates of leaves are fine
-        _function(form, op)(*args, **kwargs)
+        getattr(api, op)(*args, **kwargs)
 
 
 def test_inference_tensors_are_written_only_in_inference_mode():
@@ -300,9 +292,9 @@ def test_negated_views_are_refused_in_both_forms(op):
         "cat": lambda f, x: f([x, x]),
     }
     call = calls[op]
-    for form in FORMS:
+    for api in (polyops, torch.ops.polyops):
         with pytest.raises(NotImplementedError, match="negative or conjugate bit"):
-            call(_function(form, op), view)
+            call(getattr(api, op), view)
     # Resolved, the same values are read with their sign (torch rounds float32 as polyops).
     expected = {
         "add": lambda: plain + 1,
@@ -313,35 +305,31 @@ def test_negated_views_are_refused_in_both_forms(op):
     assert torch.equal(call(getattr(polyops, op), plain), expected)
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_negated_output_is_refused(form):
+def test_negated_output_is_refused(api):
     _, plain = _negated_cases()
     out = torch.zeros(64, dtype=torch.cfloat).conj().imag
     with pytest.raises(NotImplementedError, match="out because it is a view with torch's neg"):
-        _function(form, "add")(plain, plain, out=out)
+        api.add(plain, plain, out=out)
 
 
 # --- 5. overlapping outputs ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", ["add", "mul"])
-def test_shifted_out_over_input_is_refused(op, form):
+def test_shifted_out_over_input_is_refused(op, api):
     b = torch.arange(10.0)
     with pytest.raises(ValueError, match=rf"polyops\.{op}: out and input overlap in memory"):
-        _function(form, op)(b[:-1], torch.ones(9), out=b[1:])
+        getattr(api, op)(b[:-1], torch.ones(9), out=b[1:])
     assert torch.equal(b, torch.arange(10.0))
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_cat_into_an_output_overlapping_its_inputs_is_refused(form):
+def test_cat_into_an_output_overlapping_its_inputs_is_refused(api):
     buffer = torch.arange(12.0)
     with pytest.raises(ValueError, match=r"polyops\.cat: out and tensors overlap"):
-        _function(form, "cat")([buffer[:4], buffer[4:8]], out=buffer[2:10])
+        api.cat([buffer[:4], buffer[4:8]], out=buffer[2:10])
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_rotary_with_a_partially_overlapping_query_out_is_refused(form):
+def test_rotary_with_a_partially_overlapping_query_out_is_refused(api):
     case = _case("rotary_embedding")
     positions, query, key, head_size, cache, neox = case.args
     buffer = torch.zeros(query.numel() + 8)
@@ -349,7 +337,7 @@ def test_rotary_with_a_partially_overlapping_query_out_is_refused(form):
     buffer[: query.numel()].view(query.shape).copy_(query)
     overlapping_query = buffer[: query.numel()].view(query.shape)
     with pytest.raises(ValueError, match="query_out and query overlap in memory"):
-        _function(form, "rotary_embedding")(
+        api.rotary_embedding(
             positions,
             overlapping_query,
             key,
@@ -361,17 +349,15 @@ def test_rotary_with_a_partially_overlapping_query_out_is_refused(form):
         )
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_add_rms_norm_outputs_must_differ(form):
+def test_add_rms_norm_outputs_must_differ(api):
     x1, x2, w = torch.randn(3, 16), torch.randn(3, 16), torch.ones(16)
     out = torch.empty(3, 16)
     with pytest.raises(ValueError, match="y_out and x_out are the same memory"):
-        _function(form, "add_rms_norm")(x1, x2, w, y_out=out, x_out=out)
+        api.add_rms_norm(x1, x2, w, y_out=out, x_out=out)
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", OPS)
-def test_expanded_outputs_are_refused(op, form):
+def test_expanded_outputs_are_refused(op, api):
     args, kwargs = _with_outputs(op)
     written = _written(op, args, kwargs)
     name, tensor = next(iter(written.items()))
@@ -385,7 +371,7 @@ def test_expanded_outputs_are_refused(op, form):
                 container[key] = expanded
     # Refused by the shared check, or earlier by the op's own layout rule for that output.
     with pytest.raises(ValueError, match=rf"polyops\.{op}: {name} "):
-        _function(form, op)(*args, **kwargs)
+        getattr(api, op)(*args, **kwargs)
 
 
 def test_documented_exact_aliases_compute_the_right_answer():
@@ -484,9 +470,8 @@ def test_overlap_check_is_exact_on_random_views_of_one_buffer():
 # --- 6. exception types ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op", OPS)
-def test_validation_runs_before_the_output_is_allocated(op, form):
+def test_validation_runs_before_the_output_is_allocated(op, api):
     # 2**42 bool elements: an allocation would fail with RuntimeError (or exhaust memory).
     # cast accepts bool, so a valid huge cast does fail in the allocator: its invalid call
     # here is an unsupported target dtype; cat's is an out-of-range dim.
@@ -500,7 +485,7 @@ def test_validation_runs_before_the_output_is_allocated(op, form):
     if op == "cast":
         args[1] = torch.complex64
     with pytest.raises((NotImplementedError, ValueError)) as error:
-        _function(form, op)(*args, **case.kwargs)
+        getattr(api, op)(*args, **case.kwargs)
     assert f"polyops.{op}" in str(error.value)
 
 
