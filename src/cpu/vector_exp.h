@@ -13,13 +13,16 @@ namespace polyops::cpu {
 // exp(x) to about 2 ulp (Cephes expf's range reduction and polynomial) with
 // IEEE ends: exp(-inf) = 0, exp(inf) = inf, NaN stays NaN, so softmax gives
 // a -inf logit weight 0 and silu(-inf) = -inf / inf is NaN, as torch has
-// them. The clamps do it at no extra cost: below -88, n = -127 makes 2^n
-// (the exponent bits) 0; above 89, n = 128 makes it inf. So results under
-// about 1e-38 may flush to 0, and float32 overflows to inf from 88.38
-// instead of 88.72.
+// them. The clamps do it with no branch: the result is 2y * 2^(n-1), the
+// scale's exponent bits n + 126, so below -87.6, n = -126 makes the scale 0
+// (results under about 1.6e-38 flush to 0), and at the upper clamp 89,
+// n = 128 still gives a finite 2^127, so float32 overflows to inf exactly
+// from ln(FLT_MAX) = 88.72. (Building 2^n itself makes n = 128 inf: exp
+// overflowed from 88.38, and silu(g) for g in [-88.72, -88.38] was -0
+// instead of about -3e-37.)
 POLYOPS_INLINE float VectorExp(float x) {
   const bool nan = x != x;
-  x = x < -88.0f ? -88.0f : x;
+  x = x < -87.6f ? -87.6f : x;
   x = x > 89.0f ? 89.0f : x;
   // n = round(x / ln 2) by the 1.5 * 2**23 shifter (no rounding call).
   const float shifter = 12582912.0f;
@@ -33,10 +36,10 @@ POLYOPS_INLINE float VectorExp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return nan ? x + x : y * scale;
+  const int32_t bits = (static_cast<int32_t>(n) + 126) << 23;
+  float half_scale;
+  std::memcpy(&half_scale, &bits, sizeof(half_scale));
+  return nan ? x + x : (y + y) * half_scale;
 }
 
 }  // namespace polyops::cpu
