@@ -1,5 +1,5 @@
 """The row kernels, the attention tile kernel, the compute-bound elementwise maps
-(silu_and_mul, swiglu) and the rotary kernel exist in baseline, AVX2 and AVX-512
+(silu_and_mul's two slots, swiglu) and the rotary kernel exist in baseline, AVX2 and AVX-512
 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
@@ -40,6 +40,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     m[-1] *= 7
     m = m.to(dtype)
     out[f"silu_and_mul_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
+    out[f"silu_and_mul_vllm_{dtype}"] = polyops.silu_and_mul(m[:, :1000], implementation_index=1)
     out[f"swiglu_{dtype}"] = polyops.swiglu(m[:, 1:], m[:, :-1])
     cache = torch.randn(64, 96, generator=h).to(dtype)
     pos = torch.randint(0, 64, (38,), generator=h)
@@ -94,7 +95,14 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
         # Checked against float64 in test_attention.py, test_elementwise.py, test_rotary.py.
-        for op in ("attention", "silu_and_mul", "swiglu", "rotary_neox", "rotary_pairs"):
+        for op in (
+            "attention",
+            "silu_and_mul",
+            "silu_and_mul_vllm",
+            "swiglu",
+            "rotary_neox",
+            "rotary_pairs",
+        ):
             key = f"{op}_{dtype}"
             for isa in ("avx2", "all"):
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
