@@ -1,0 +1,254 @@
+"""polyops.integrations.vllm: polyops kernels under vLLM's op names and schemas.
+
+The ops are called the way vLLM calls them (``torch.ops._C.<op>(...)`` with its
+argument order, out-variant) and compared with float64 references written from
+the math (polyops.testing.references), or with vLLM's own torch reference where
+vLLM defines the rounding (silu_and_mul). Registrations are process-global: the
+checks that need a clean process (an op vLLM already registered, the npu device
+on the CANN double) run in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import BF16, F16, F32, assert_close, assert_equal, dtype_id
+from test_ascend import _skip_reason, run_child
+
+import polyops.integrations.vllm as polyops_vllm
+from polyops.testing import references as ref
+from polyops.testing.tensors import combined_kv
+
+REPORT = polyops_vllm.register(["cpu"])
+
+
+def test_report_lists_every_op_on_cpu():
+    assert REPORT.taken_over() == sorted(polyops_vllm.SCHEMAS)
+    for op in polyops_vllm.SCHEMAS:
+        assert "CPU" in REPORT.registered[op], op
+        assert "CPU" not in REPORT.skipped.get(op, {}), op
+    assert "_C::rms_norm" in str(REPORT)
+
+
+def test_schemas_are_vllms():
+    for qualname, text in polyops_vllm.SCHEMAS.items():
+        namespace, name = qualname.split("::")
+        schema = getattr(getattr(torch.ops, namespace), name).default._schema
+        assert str(schema) == str(torch._C.parse_schema(f"{qualname.split('::')[0]}::{text}"))
+
+
+def test_register_again_is_idempotent():
+    again = polyops_vllm.register(["cpu"])
+    assert again.registered == REPORT.registered
+    assert not any("CPU" in reasons for reasons in again.skipped.values())
+
+
+def test_unknown_device_is_a_value_error():
+    with pytest.raises(ValueError, match="devices must be among"):
+        polyops_vllm.register(["tpu"])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=dtype_id)
+def test_rms_norm(dtype, gen):
+    x = torch.randn(7, 3, 256, generator=gen).to(dtype)
+    w = torch.randn(256, generator=gen).to(dtype)
+    out = torch.empty_like(x)
+    torch.ops._C.rms_norm(out, x, w, 1e-5)
+    assert_close(out, ref.rms_norm_reference(x, w, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=dtype_id)
+def test_fused_add_rms_norm_in_place(dtype, gen):
+    x = torch.randn(9, 512, generator=gen).to(dtype)
+    r = torch.randn(9, 512, generator=gen).to(dtype)
+    w = torch.randn(512, generator=gen).to(dtype)
+    expected_y, expected_sum = ref.add_rms_norm_reference(x, r, w, 1e-6)
+    torch.ops._C.fused_add_rms_norm(x, r, w, 1e-6)
+    assert_equal(r, expected_sum.to(dtype))  # the residual holds x + r, rounded once
+    assert_close(x, expected_y, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=dtype_id)
+def test_silu_and_mul_is_vllms_rounding(dtype, gen):
+    x = (torch.randn(33, 2 * 1000, generator=gen) * 3).to(dtype)
+    out = torch.empty(33, 1000, dtype=dtype)
+    torch.ops._C.silu_and_mul(out, x)
+    if dtype == F32:
+        assert_close(out, ref.silu_and_mul_reference(x), dtype)
+    else:  # vLLM's definition, SiluAndMul.forward_native, in the dtype
+        assert_equal(out, F.silu(x[..., :1000]) * x[..., 1000:])
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtype_id)
+def test_rotary_embedding(neox, dtype, gen):
+    tokens, head_size, rotary_dim = 11, 64, 32
+    positions = torch.randint(0, 100, (tokens,), generator=gen)
+    cache = torch.randn(100, rotary_dim, generator=gen).to(dtype)
+    query = torch.randn(tokens, 4 * head_size, generator=gen).to(dtype)
+    key = torch.randn(tokens, 2, head_size, generator=gen).to(dtype)
+    expected_q, expected_k = ref.rotary_embedding_reference(
+        positions, query, key, head_size, cache, neox
+    )
+    torch.ops._C.rotary_embedding(positions, query, key, head_size, cache, neox)
+    assert_close(query, expected_q, dtype)
+    assert_close(key, expected_k, dtype)
+    # key=None (Tensor!? key) and vLLM's older [batch, seq] positions.
+    query = torch.randn(2, 5, 4 * head_size, generator=gen).to(dtype)
+    batch_positions = positions[:10].view(2, 5)
+    expected_q, _ = ref.rotary_embedding_reference(
+        batch_positions.reshape(-1), query.view(10, -1), None, head_size, cache, neox
+    )
+    torch.ops._C.rotary_embedding(batch_positions, query, None, head_size, cache, neox)
+    assert_close(query.view(10, -1), expected_q, dtype)
+
+
+@pytest.mark.parametrize("order", ["nhd", "hnd"])
+@pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_id)
+def test_reshape_and_cache_flash(order, dtype, gen):
+    blocks, block_size, heads, head_size, tokens = 6, 4, 2, 32, 9
+    shape = (blocks, block_size, heads, head_size)
+    key_cache, value_cache = combined_kv(
+        torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), order
+    )
+    # Two more rows than slots: vLLM pads key/value for CUDA graphs and writes only
+    # slot_mapping's tokens.
+    key = torch.randn(tokens + 2, heads, head_size, generator=gen).to(dtype)
+    value = torch.randn(tokens + 2, heads, head_size, generator=gen).to(dtype)
+    slots = torch.randperm(blocks * block_size, generator=gen)[:tokens]
+    slots[3] = -1  # padding token: skipped
+    expected = ref.reshape_and_cache_reference(
+        key[:tokens], value[:tokens], key_cache, value_cache, slots
+    )
+    scale = torch.ones(())
+    torch.ops._C_cache_ops.reshape_and_cache_flash(
+        key, value, key_cache, value_cache, slots, "auto", scale, scale
+    )
+    assert_equal(key_cache, expected[0])
+    assert_equal(value_cache, expected[1])
+
+
+def test_reshape_and_cache_flash_fp8_is_not_implemented():
+    key = torch.randn(2, 1, 16)
+    cache = torch.zeros(2, 4, 1, 16)
+    with pytest.raises(NotImplementedError, match="kv_cache_dtype.*'fp8'"):
+        torch.ops._C_cache_ops.reshape_and_cache_flash(
+            key,
+            key,
+            cache,
+            cache.clone(),
+            torch.tensor([0, 1]),
+            "fp8",
+            torch.ones(()),
+            torch.ones(()),
+        )
+
+
+def test_errors_name_the_argument():
+    x = torch.randn(4, 7)  # odd last dim
+    with pytest.raises(ValueError, match="silu_and_mul.*even"):
+        torch.ops._C.silu_and_mul(torch.empty(4, 3), x)
+
+
+def test_torch_compile_traces_the_ops(gen):
+    def layer(x, residual, w):
+        torch.ops._C.fused_add_rms_norm(x, residual, w, 1e-6)
+        out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype)
+        torch.ops._C.silu_and_mul(out, x)
+        return out, residual
+
+    x = torch.randn(4, 64, generator=gen)
+    r = torch.randn(4, 64, generator=gen)
+    w = torch.randn(64, generator=gen)
+    expected = layer(x.clone(), r.clone(), w)
+    got = torch.compile(layer, backend="aot_eager", fullgraph=True)(x.clone(), r.clone(), w)
+    for a, b in zip(got, expected, strict=True):
+        assert_equal(a, b)
+
+
+def test_opcheck():
+    x = torch.randn(3, 64)
+    w = torch.randn(64)
+    torch.library.opcheck(torch.ops._C.rms_norm.default, (torch.empty_like(x), x, w, 1e-6))
+    torch.library.opcheck(torch.ops._C.silu_and_mul.default, (torch.empty(3, 32), x))
+
+
+def _child(body: str) -> str:
+    script = "import torch, polyops\nimport polyops.integrations.vllm as pv\n" + textwrap.dedent(
+        body
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_an_existing_vllm_registration_is_kept():
+    """vLLM's extension loaded first (simulated with a Library of the same names): its
+    CPU kernel stays, polyops only fills the keys without one, and an op defined with
+    another schema (another vLLM version) is left alone."""
+    out = _child(
+        """
+        lib = torch.library.Library("_C", "DEF")
+        lib.define("rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()")
+        def sevens(result, input, weight, eps):
+            result.fill_(7.0)
+        lib.impl("rms_norm", sevens, "CPU")
+        lib.define("silu_and_mul(Tensor! out, Tensor input, int extra) -> ()")
+        report = pv.register(["cpu"])
+        print(report)
+        assert "CPU" not in report.registered["_C::rms_norm"], report
+        assert "vLLM's extension" in report.skipped["_C::rms_norm"]["CPU"]
+        assert "another schema" in report.skipped["_C::silu_and_mul"]["*"]
+        assert report.registered["_C::silu_and_mul"] == ()
+        assert "CPU" in report.registered["_C::fused_add_rms_norm"]
+        x = torch.randn(2, 8)
+        out = torch.empty_like(x)
+        torch.ops._C.rms_norm(out, x, torch.ones(8), 1e-6)
+        assert bool((out == 7.0).all()), "vLLM's kernel was replaced"
+        print("OK")
+        """
+    )
+    assert out.strip().endswith("OK"), out
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_npu_through_the_cann_double():
+    """On the npu device (PrivateUse1) the ops run polyops' Ascend slots: the results
+    match the CPU's within the float32-compute tolerance."""
+    result = run_child(
+        """
+        import polyops.integrations.vllm as pv
+        from polyops.testing import references as ref
+        done = pv.register()
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(5, 128, generator=g)
+        r = torch.randn(5, 128, generator=g)
+        w = torch.randn(128, generator=g)
+        errors = {}
+        out = torch.empty(5, 128, device="npu")
+        torch.ops._C.rms_norm(out, x.to("npu"), w.to("npu"), 1e-6)
+        errors["rms_norm"] = (out.cpu().double() - ref.rms_norm_reference(x, w)).abs().max().item()
+        xn, rn = x.to("npu"), r.to("npu")
+        torch.ops._C.fused_add_rms_norm(xn, rn, w.to("npu"), 1e-6)
+        y, s = ref.add_rms_norm_reference(x, r, w)
+        errors["fused_add_rms_norm"] = max(
+            (xn.cpu().double() - y).abs().max().item(), (rn.cpu().double() - s).abs().max().item()
+        )
+        out = torch.empty(5, 64, device="npu")
+        torch.ops._C.silu_and_mul(out, x.to("npu"))
+        errors["silu_and_mul"] = (
+            (out.cpu().double() - ref.silu_and_mul_reference(x)).abs().max().item()
+        )
+        report({"keys": done.registered["_C::rms_norm"], "errors": errors,
+                "note": done.notes.get("_C::silu_and_mul", "")})
+        """
+    )
+    assert "PrivateUse1" in result["keys"]
+    for op, error in result["errors"].items():
+        assert error < 1e-4, (op, error)
+    assert "no 'vllm' slot on npu" in result["note"]
