@@ -26,6 +26,8 @@ each tensor read once plus each output written once (s = itemsize):
 * ``silu_and_mul``: x [4096, 2 * 11008] -> y [4096, 11008].
   bytes = (2 * 11008 + 11008) * 4096 * s (read x, write y).
   torch: ``F.silu(x[..., :d]) * x[..., d:]``.
+* ``silu_and_mul_vllm``: the same on silu_and_mul's "vllm" slot (silu rounded
+  to the dtype before the multiply, vLLM's order).
 * ``reshape_and_cache``: key/value [T = 4096, Hkv = 8, D = 128] into caches
   [num_blocks = 2 * T / 16, 16, 8, 128] through a random slot mapping (int64,
   distinct slots, half the cache used).
@@ -81,7 +83,14 @@ DTYPES: dict[str, torch.dtype] = {
     "f16": torch.float16,
     "bf16": torch.bfloat16,
 }
-OPS = ("causal_softmax", "rotary_embedding", "silu_and_mul", "reshape_and_cache", "cat")
+OPS = (
+    "causal_softmax",
+    "rotary_embedding",
+    "silu_and_mul",
+    "silu_and_mul_vllm",
+    "reshape_and_cache",
+    "cat",
+)
 
 Fn = Callable[[], object]
 
@@ -181,8 +190,8 @@ def setup_rotary_embedding(dtype: torch.dtype, scale: int) -> Setup:
     )
 
 
-def setup_silu_and_mul(dtype: torch.dtype, scale: int) -> Setup:
-    """x [4096, 2 * 11008] -> [4096, 11008]."""
+def setup_silu_and_mul(dtype: torch.dtype, scale: int, slot: int | None = None) -> Setup:
+    """x [4096, 2 * 11008] -> [4096, 11008]; `slot` picks the implementation (default)."""
     t, d = 4096 // scale, 11008
     x = torch.randn(t, 2 * d).to(dtype)
     y = torch.empty(t, d, dtype=dtype)
@@ -191,13 +200,14 @@ def setup_silu_and_mul(dtype: torch.dtype, scale: int) -> Setup:
     def check() -> None:
         part = x[:64]
         expected = silu(part[..., :d].float()) * part[..., d:].float()
-        torch.testing.assert_close(polyops.silu_and_mul(part).float(), expected, **_tol(dtype))
+        got = polyops.silu_and_mul(part, implementation_index=slot)
+        torch.testing.assert_close(got.float(), expected, **_tol(dtype))
 
     return Setup(
-        "silu_and_mul",
+        "silu_and_mul" if slot is None else "silu_and_mul_vllm",
         f"{t}x{2 * d}",
         (x.numel() + y.numel()) * x.element_size(),
-        lambda: polyops.silu_and_mul(x, out=y),
+        lambda: polyops.silu_and_mul(x, out=y, implementation_index=slot),
         "F.silu(a) * b",
         lambda: silu(x[..., :d]) * x[..., d:],
         check,
@@ -258,10 +268,17 @@ def setup_cat(dtype: torch.dtype, scale: int) -> Setup:
     )
 
 
+def _vllm_slot() -> int:
+    slots = polyops.implementations("silu_and_mul", "cpu")
+    return next(slot for slot, name in slots.items() if name == "vllm")
+
+
 SETUPS: dict[str, Callable[[torch.dtype, int], Setup]] = {
     "causal_softmax": setup_causal_softmax,
     "rotary_embedding": setup_rotary_embedding,
     "silu_and_mul": setup_silu_and_mul,
+    # The "vllm" slot: silu rounded to the dtype before the multiply (vLLM's order).
+    "silu_and_mul_vllm": lambda dtype, scale: setup_silu_and_mul(dtype, scale, _vllm_slot()),
     "reshape_and_cache": setup_reshape_and_cache,
     "cat": setup_cat,
 }
