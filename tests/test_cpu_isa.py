@@ -61,6 +61,26 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     out[f"causal_softmax_specials_{dtype}"] = polyops.causal_softmax(s)
     m[:, 5], m[:, 600], m[3], m[4, 700:] = -inf, inf, nan, 0.0
     out[f"silu_and_mul_specials_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
+    # Outputs over 16 MiB take the streaming stores; 4100 keeps a vector tail
+    # and puts most rows off 64-byte alignment (both store paths in one call).
+    rows = 1030 if dtype == torch.float32 else 2060
+    big = torch.randn(rows, 4100, generator=h).to(dtype)
+    res = torch.randn(rows, 4100, generator=h).to(dtype)
+    wb = torch.randn(4100, generator=h).to(dtype)
+    out[f"big_inputs_{dtype}"] = torch.stack([big, res, wb.expand_as(big)])
+    out[f"rms_norm_big_{dtype}"] = polyops.rms_norm(big, wb, 1e-6)
+    out[f"add_rms_norm_big_{dtype}"] = torch.cat(polyops.add_rms_norm(big, res, wb, 1e-6))
+    # NaN / inf rows, and outputs in bfloat16's subnormal range (tiny weights).
+    big[0, 5], big[1, 7], big[2, :] = nan, inf, 0.0
+    wb[100:200] = 1e-39 if dtype != torch.float16 else 1e-7
+    out[f"rms_norm_big_specials_{dtype}"] = polyops.rms_norm(big, wb, 1e-6)
+    out[f"add_rms_norm_big_specials_{dtype}"] = torch.cat(polyops.add_rms_norm(big, res, wb, 1e-6))
+    sm = (torch.randn(16, 512, 1100, generator=h) * 4).to(dtype)
+    sm[0, 3, 1], sm[1, 600 % 512, 2] = nan, inf
+    out[f"causal_softmax_big_{dtype}"] = polyops.causal_softmax(sm)
+    ma, mb = big[:, :4099], res[:, 1:]
+    ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
+    out[f"mul_{dtype}"] = polyops.mul(ma, mb)
 torch.save(out, sys.argv[1])
 """
 
@@ -69,6 +89,11 @@ def _run(isa: str, path: str) -> dict[str, torch.Tensor]:
     env = dict(os.environ, POLYOPS_CPU_ISA=isa)
     subprocess.run([sys.executable, "-c", SCRIPT, path], env=env, check=True)
     return torch.load(path)
+
+
+def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float64 rms_norm of the rows of x [rows, hidden] with weight w [hidden], eps 1e-6."""
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
 
 
 def test_isa_variants_agree_bit_for_bit(tmp_path):
@@ -98,9 +123,42 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             key = f"{op}_{dtype}"
             for isa in ("avx2", "all"):
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
-        # With NaNs: the bits, so that NaN == NaN (torch.equal says no).
+        # The streaming and vector-tail paths (outputs over 16 MiB, rows of
+        # 4100): float64 on normal data, then the bits of every variant.
+        big, res, wb = results["baseline"][f"big_inputs_{dtype}"].double()
+        summed = (big + res).to(dtype).double()
+        expected = {
+            f"rms_norm_big_{dtype}": rms(big, wb[0]),
+            f"add_rms_norm_big_{dtype}": torch.cat([rms(summed, wb[0]), summed]),
+        }
+        for key, reference in expected.items():
+            got = results["baseline"][key].double()
+            error = ((got - reference).abs() / reference.abs().clamp(min=1)).max()
+            assert error <= tolerance, f"{key}: {error}"
+        # The bits, so that NaN == NaN (torch.equal says no).
         bits = torch.int32 if dtype == torch.float32 else torch.int16
-        for op in ("attention_specials", "causal_softmax_specials", "silu_and_mul_specials"):
+        for op in (
+            "rms_norm_big",
+            "add_rms_norm_big",
+            "rms_norm_big_specials",
+            "add_rms_norm_big_specials",
+            "causal_softmax_big",
+            "mul",
+        ):
+            key = f"{op}_{dtype}"
+            baseline = results["baseline"][key].view(bits)
+            for isa in ("avx2", "all"):
+                assert torch.equal(results[isa][key].view(bits), baseline), f"{key}: {isa}"
+        # These have NaNs (and numbers): a variant that lost or made one fails above.
+        for op in (
+            "attention_specials",
+            "causal_softmax_specials",
+            "silu_and_mul_specials",
+            "rms_norm_big_specials",
+            "add_rms_norm_big_specials",
+            "causal_softmax_big",
+            "mul",
+        ):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key]
             assert baseline.isnan().any() and not baseline.isnan().all(), key

@@ -4,6 +4,7 @@
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops {
@@ -42,8 +43,9 @@ POLYOPS_ROW_KERNEL_VARIANTS(AddRmsNormRow,
 }  // namespace cpu
 
 // Slot 1: rows spread over OpenMP threads. Each row: x = x1 + x2 is stored
-// and kept (as stored) in a float stage, then normalized exactly as
-// rms_norm's slot 1 does.
+// and kept (as stored) in a stage, then normalized exactly as rms_norm's
+// slot 1 does (with AVX-512: converted in registers, the stage of type T,
+// large outputs streamed; see cpu/avx512_rows.h).
 template <>
 class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
  public:
@@ -82,6 +84,20 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(g, w_stage, hidden);
+#ifdef POLYOPS_HAVE_AVX512_ROWS
+          if (cpu::HasAvx512()) {
+            const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
+                                cpu::kStreamingBytes;
+            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[4];
+              rows_.Offsets(row, at);
+              T stage[cpu::kMaxStagedRow];
+              cpu::AddRmsNormRow512(a + at[2], b + at[3], ws, x + at[1],
+                                    y + at[0], hidden, eps_f, stage, stream);
+            });
+            return;
+          }
+#endif
           const auto row_kernel = cpu::AddRmsNormRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[4];
