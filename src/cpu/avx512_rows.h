@@ -209,22 +209,58 @@ POLYOPS_TARGET_AVX512 void RmsNormRow512(const T* x, const float* w, T* y,
   ScaleRow512(x, w, scale, y, hidden, stream);
 }
 
+// Round32 that also replaces lo and hi by the rounded values as float:
+// what loading the stored chunk back would give.
+template <typename T>
+POLYOPS_AVX512_INLINE Chunk32 RoundKeep32(__m512& lo, __m512& hi) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Round32<T>(lo, hi);
+  } else if constexpr (std::is_same_v<T, Half>) {
+    const __m256i half_lo = Round16<T>(lo), half_hi = Round16<T>(hi);
+    lo = _mm512_cvtph_ps(half_lo);
+    hi = _mm512_cvtph_ps(half_hi);
+    return {_mm512_inserti64x4(_mm512_castsi256_si512(half_lo), half_hi, 1),
+            _mm512_setzero_si512()};
+  } else {
+    const __m512i high_lo = RoundBf16High(lo), high_hi = RoundBf16High(hi);
+    const __m512i keep = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    lo = _mm512_castsi512_ps(_mm512_and_si512(high_lo, keep));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(high_hi, keep));
+    const __m512i odd_words = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+        27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return {_mm512_permutex2var_epi16(high_lo, odd_words, high_hi),
+            _mm512_setzero_si512()};
+  }
+}
+
 // add_rms_norm of one row: x = a + b (rounded to T) goes to `x` and to
-// `stage` (hidden elements of T, stays in L1), then y = rms_norm(stage).
+// `stage` (hidden elements of T, stays in L1), and its sum of squares is
+// taken in the same pass (SumOfSquares' order: 64-element groups here, the
+// tail from `stage`); then y = stage * scale * w as rms_norm's.
 template <typename T>
 POLYOPS_TARGET_AVX512 void AddRmsNormRow512(const T* a, const T* b,
                                             const float* w, T* x, T* y,
                                             int64_t hidden, float eps, T* stage,
                                             bool stream) {
   const bool stream_x = StreamRow(x, stream);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
-  for (; i + 32 <= hidden; i += 32) {
-    const __m512 lo = _mm512_add_ps(Load16(a + i), Load16(b + i));
-    const __m512 hi = _mm512_add_ps(Load16(a + i + 16), Load16(b + i + 16));
-    const Chunk32 chunk = Round32<T>(lo, hi);
-    Store32(stage + i, chunk, false);
-    Store32(x + i, chunk, stream_x);
+  for (; i + 64 <= hidden; i += 64) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t at = i + 32 * half;
+      __m512 lo = _mm512_add_ps(Load16(a + at), Load16(b + at));
+      __m512 hi = _mm512_add_ps(Load16(a + at + 16), Load16(b + at + 16));
+      const Chunk32 chunk = RoundKeep32<T>(lo, hi);
+      Store32(stage + at, chunk, false);
+      Store32(x + at, chunk, stream_x);
+      acc[2 * half] = _mm512_add_ps(acc[2 * half], _mm512_mul_ps(lo, lo));
+      acc[2 * half + 1] =
+          _mm512_add_ps(acc[2 * half + 1], _mm512_mul_ps(hi, hi));
+    }
   }
+  const int64_t groups_end = i;
   for (; i < hidden; i += 16) {
     const __mmask16 mask =
         hidden - i >= 16 ? __mmask16{0xffff} : TailMask(hidden - i);
@@ -232,7 +268,17 @@ POLYOPS_TARGET_AVX512 void AddRmsNormRow512(const T* a, const T* b,
     Store16(stage + i, v, mask);
     Store16(x + i, v, mask);
   }
-  RmsNormRow512(stage, w, y, hidden, eps, stream);
+  if (stream_x) _mm_sfence();
+  float sum = 0.0f;
+  for (i = groups_end; i < hidden; ++i) {
+    const float v = Load(stage + i);
+    sum += v * v;
+  }
+  alignas(64) float partial[64];
+  for (int k = 0; k < 4; ++k) _mm512_store_ps(partial + 16 * k, acc[k]);
+  for (int lane = 0; lane < 64; ++lane) sum += partial[lane];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
+  ScaleRow512(stage, w, scale, y, hidden, stream);
 }
 
 // Row [0, visible) of x as float into `stage`; returns RowMax's result:
