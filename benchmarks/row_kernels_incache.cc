@@ -1,7 +1,11 @@
-// In-cache cost per element (thread CPU time) of the CPU row kernels against
-// memcpy, one thread: the roofline side of benchmarks/rms_norm.py (issue 13).
-// 64 rows of 4096 (512 KiB of float32 in, as much out) stay in L2, so the
-// figures are what the core spends per element, not what memory allows.
+// Cost per element (thread CPU time) of the CPU row kernels against memcpy,
+// one thread: the roofline side of benchmarks/memory_bound.py (issue 13).
+// By default 64 rows of 4096 (1 MiB of float32 in and out) stay in L2, so
+// the figures are what the core spends per element, not what memory allows;
+// `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
+// streamed as the library streams them) for the single-thread memory side.
+// Thread CPU time, not the wall clock: on a shared, oversubscribed machine
+// the wall clock also counts the time other processes hold the core.
 //
 // Build and run (from the repository root; the flags are the library's):
 //   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \
@@ -10,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
@@ -26,30 +31,27 @@ namespace {
 using polyops::BFloat16;
 using polyops::Half;
 
-constexpr int64_t kRows = 64;
 constexpr int64_t kHidden = 4096;
 
-// This thread's CPU time in ns: on a shared, oversubscribed machine the
-// wall clock also counts the time other processes hold the core.
 double ThreadNs() {
   timespec now;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return now.tv_sec * 1e9 + now.tv_nsec;
 }
 
-// Median over 15 samples of CPU ns per element of fn(), one call = all rows.
+// Median over `samples` samples of CPU ns per element of fn() (one call =
+// `elements` elements).
 template <typename Fn>
-double NsPerElement(Fn&& fn) {
-  std::vector<double> samples;
-  for (int warm = 0; warm < 3; ++warm) fn();
-  for (int s = 0; s < 15; ++s) {
-    const int calls = 20;
+double NsPerElement(int64_t elements, int samples, int calls, Fn&& fn) {
+  std::vector<double> times;
+  fn();
+  for (int s = 0; s < samples; ++s) {
     const double start = ThreadNs();
     for (int c = 0; c < calls; ++c) fn();
-    samples.push_back((ThreadNs() - start) / (calls * kRows * kHidden));
+    times.push_back((ThreadNs() - start) / (calls * elements));
   }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 template <typename T>
@@ -61,80 +63,99 @@ void Fill(std::vector<T>& v, std::mt19937& gen) {
                            static_cast<int64_t>(v.size()));
 }
 
+// causal_softmax's AVX-512 row without its exp pass (a made-up inverse).
 template <typename T>
-void Run(const char* name) {
+POLYOPS_TARGET_AVX512 void SoftmaxWithoutExp(const T* x, T* y, float* stage,
+                                             bool stream) {
+  const float max = polyops::cpu::StageAndMax512(x, stage, kHidden);
+  polyops::cpu::ScaleAndZeroRow512(stage, 1.0f / (max + 2.0f), y, kHidden,
+                                   kHidden, stream);
+}
+
+template <typename T>
+void Run(const char* name, int64_t rows) {
   namespace cpu = polyops::cpu;
+  const int64_t n = rows * kHidden;
+  const bool stream = n * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+  const int samples = rows > 256 ? 5 : 15;
+  const int calls = rows > 256 ? 1 : 20;
   std::mt19937 gen(0);
-  std::vector<T> x(kRows * kHidden), r(kRows * kHidden), y(kRows * kHidden),
-      s(kRows * kHidden), w(kHidden);
+  std::vector<T> x(n), r(n), y(n), s(n), w(kHidden);
   Fill(x, gen), Fill(r, gen), Fill(w, gen);
   std::vector<float> ws(kHidden), stage(cpu::kMaxStagedRow);
   std::vector<T> t_stage(cpu::kMaxStagedRow);
   cpu::LoadBlock(w.data(), 1, ws.data(), kHidden);
   const float eps = 1e-6f;
+  auto time = [&](auto&& fn) { return NsPerElement(n, samples, calls, fn); };
 
-  const double copy = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
-      std::memcpy(y.data() + row * kHidden, x.data() + row * kHidden,
-                  kHidden * sizeof(T));
-    }
-  });
+  const double copy =
+      time([&] { std::memcpy(y.data(), x.data(), n * sizeof(T)); });
   const auto generic = cpu::RmsNormRowForCpu<T>();
-  const double rms_generic = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
+  std::vector<T> y_stage(cpu::kMaxStagedRow);
+  const double rms_generic = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
       generic(x.data() + row * kHidden, ws.data(), y.data() + row * kHidden,
-              kHidden, eps, stage.data(), nullptr);
+              kHidden, eps, stage.data(), stream ? y_stage.data() : nullptr);
     }
   });
-  const double rms_512 = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
+  const double rms_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
       cpu::RmsNormRow512(x.data() + row * kHidden, ws.data(),
-                         y.data() + row * kHidden, kHidden, eps, false);
+                         y.data() + row * kHidden, kHidden, eps, stream);
     }
   });
-  const double add_rms_512 = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
+  const double add_rms_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
       cpu::AddRmsNormRow512(x.data() + row * kHidden, r.data() + row * kHidden,
                             ws.data(), s.data() + row * kHidden,
                             y.data() + row * kHidden, kHidden, eps,
-                            t_stage.data(), false);
+                            t_stage.data(), stream);
     }
   });
-  const double softmax_512 = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
-      cpu::CausalSoftmaxRow512(x.data() + row * kHidden,
-                               y.data() + row * kHidden, kHidden, kHidden,
-                               stage.data(), false);
-    }
-  });
+  // Full rows (every key visible): the cost per visible element.
   const auto softmax_generic = cpu::CausalSoftmaxRowForCpu<T>();
-  const double softmax_gen = NsPerElement([&] {
-    for (int64_t row = 0; row < kRows; ++row) {
+  const double softmax_gen = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
       softmax_generic(x.data() + row * kHidden, y.data() + row * kHidden,
                       kHidden, kHidden, stage.data());
     }
   });
-  std::printf("%-5s %8.3f %12.3f %10.3f %13.3f %14.3f %14.3f\n", name, copy,
-              rms_generic, rms_512, add_rms_512, softmax_gen, softmax_512);
+  const double softmax_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::CausalSoftmaxRow512(x.data() + row * kHidden,
+                               y.data() + row * kHidden, kHidden, kHidden,
+                               stage.data(), stream);
+    }
+  });
+  // The same without its exp pass: what the exp costs is the difference.
+  const double softmax_no_exp = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      SoftmaxWithoutExp(x.data() + row * kHidden, y.data() + row * kHidden,
+                        stage.data(), stream);
+    }
+  });
+  std::printf("%-5s %7.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, copy,
+              rms_generic, rms_512, add_rms_512, softmax_gen, softmax_512,
+              softmax_no_exp);
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!polyops::cpu::HasAvx512()) {
-    std::printf(
-        "this CPU has no AVX-512: the *_512 kernels are not used here\n");
+    std::printf("this CPU has no AVX-512: the *_512 kernels are not used\n");
     return 0;
   }
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 64;
   std::printf(
-      "CPU ns per element, one thread, %lld x %lld rows in cache (median of "
-      "15)\n",
-      static_cast<long long>(kRows), static_cast<long long>(kHidden));
-  std::printf("%-5s %8s %12s %10s %13s %14s %14s\n", "dtype", "memcpy",
-              "rms generic", "rms avx512", "add_rms 512", "softmax gen",
-              "softmax 512");
-  Run<float>("f32");
-  Run<Half>("f16");
-  Run<BFloat16>("bf16");
+      "CPU ns per element, one thread, %lld x %lld (median); add_rms: per "
+      "element of x1\n",
+      static_cast<long long>(rows), static_cast<long long>(kHidden));
+  std::printf("%-5s %7s %9s %9s %9s %9s %9s %9s\n", "dtype", "memcpy",
+              "rms gen", "rms 512", "addrms512", "smax gen", "smax 512",
+              "smax noexp");
+  Run<float>("f32", rows);
+  Run<Half>("f16", rows);
+  Run<BFloat16>("bf16", rows);
   return 0;
 }
