@@ -33,6 +33,10 @@ using polyops::Half;
 
 constexpr int64_t kHidden = 4096;
 
+// bfloat16 rounding by AVX512_BF16 (main() checks the CPU has it).
+template <typename T>
+constexpr bool kNative = std::is_same_v<T, BFloat16>;
+
 double ThreadNs() {
   timespec now;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
@@ -65,11 +69,11 @@ void Fill(std::vector<T>& v, std::mt19937& gen) {
 
 // causal_softmax's AVX-512 row without its exp pass (a made-up inverse).
 template <typename T>
-POLYOPS_TARGET_AVX512 void SoftmaxWithoutExp(const T* x, T* y, float* stage,
-                                             bool stream) {
+POLYOPS_TARGET_AVX512_ROWS void SoftmaxWithoutExp(const T* x, T* y,
+                                                  float* stage, bool stream) {
   const float max = polyops::cpu::StageAndMax512(x, stage, kHidden);
-  polyops::cpu::ScaleAndZeroRow512(stage, 1.0f / (max + 2.0f), y, kHidden,
-                                   kHidden, stream);
+  polyops::cpu::ScaleAndZeroRow512<false>(stage, 1.0f / (max + 2.0f), y,
+                                          kHidden, kHidden, stream);
 }
 
 template <typename T>
@@ -100,16 +104,17 @@ void Run(const char* name, int64_t rows) {
   });
   const double rms_512 = time([&] {
     for (int64_t row = 0; row < rows; ++row) {
-      cpu::RmsNormRow512(x.data() + row * kHidden, ws.data(),
-                         y.data() + row * kHidden, kHidden, eps, stream);
+      cpu::RmsNormRow512<T, kNative<T>>(x.data() + row * kHidden, ws.data(),
+                                        y.data() + row * kHidden, kHidden, eps,
+                                        stream);
     }
   });
   const double add_rms_512 = time([&] {
     for (int64_t row = 0; row < rows; ++row) {
-      cpu::AddRmsNormRow512(x.data() + row * kHidden, r.data() + row * kHidden,
-                            ws.data(), s.data() + row * kHidden,
-                            y.data() + row * kHidden, kHidden, eps,
-                            t_stage.data(), stream);
+      cpu::AddRmsNormRow512<T, kNative<T>>(
+          x.data() + row * kHidden, r.data() + row * kHidden, ws.data(),
+          s.data() + row * kHidden, y.data() + row * kHidden, kHidden, eps,
+          t_stage.data(), stream);
     }
   });
   // Full rows (every key visible): the cost per visible element.
@@ -122,9 +127,9 @@ void Run(const char* name, int64_t rows) {
   });
   const double softmax_512 = time([&] {
     for (int64_t row = 0; row < rows; ++row) {
-      cpu::CausalSoftmaxRow512(x.data() + row * kHidden,
-                               y.data() + row * kHidden, kHidden, kHidden,
-                               stage.data(), stream);
+      cpu::CausalSoftmaxRow512<T, kNative<T>>(x.data() + row * kHidden,
+                                              y.data() + row * kHidden, kHidden,
+                                              kHidden, stage.data(), stream);
     }
   });
   // The same without its exp pass: what the exp costs is the difference.
@@ -142,8 +147,8 @@ void Run(const char* name, int64_t rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!polyops::cpu::HasAvx512()) {
-    std::printf("this CPU has no AVX-512: the *_512 kernels are not used\n");
+  if (!polyops::cpu::HasAvx512Bf16()) {
+    std::printf("this CPU has no AVX-512 + AVX512_BF16: not measured\n");
     return 0;
   }
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 64;

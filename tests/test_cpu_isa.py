@@ -3,7 +3,8 @@
 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
-and must give the same bits as the others (the build does not contract
+(and AVX-512 with and without AVX512_BF16's rounding instruction) and must
+give the same bits as the others (the build does not contract
 multiply-adds, and every variant sums in the same order) and match float64.
 """
 
@@ -85,6 +86,11 @@ torch.save(out, sys.argv[1])
 """
 
 
+#: POLYOPS_CPU_ISA values: "avx512" is AVX-512 without AVX512_BF16's bfloat16
+#: rounding instruction (the integer path), "all" whatever the CPU has.
+ISAS = ("baseline", "avx2", "avx512", "all")
+
+
 def _run(isa: str, path: str) -> dict[str, torch.Tensor]:
     env = dict(os.environ, POLYOPS_CPU_ISA=isa)
     subprocess.run([sys.executable, "-c", SCRIPT, path], env=env, check=True)
@@ -97,7 +103,7 @@ def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def test_isa_variants_agree_bit_for_bit(tmp_path):
-    results = {isa: _run(isa, str(tmp_path / f"{isa}.pt")) for isa in ("baseline", "avx2", "all")}
+    results = {isa: _run(isa, str(tmp_path / f"{isa}.pt")) for isa in ISAS}
     g = torch.Generator().manual_seed(7)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         x = torch.randn(64, 4096, generator=g).to(dtype).double()
@@ -114,14 +120,14 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
         tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
         for key, reference in expected.items():
             baseline = results["baseline"][key]
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
         # Checked against float64 in test_attention.py, test_elementwise.py, test_rotary.py.
         for op in ("attention", "silu_and_mul", "swiglu", "rotary_neox", "rotary_pairs"):
             key = f"{op}_{dtype}"
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
         # The streaming and vector-tail paths (outputs over 16 MiB, rows of
         # 4100): float64 on normal data, then the bits of every variant.
@@ -147,7 +153,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
         ):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key].view(bits)
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key].view(bits), baseline), f"{key}: {isa}"
         # These have NaNs (and numbers): a variant that lost or made one fails above.
         for op in (
@@ -162,7 +168,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key]
             assert baseline.isnan().any() and not baseline.isnan().all(), key
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key].view(bits), baseline.view(bits)), (
                     f"{key}: {isa}"
                 )

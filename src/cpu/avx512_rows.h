@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -29,8 +31,25 @@ namespace polyops::cpu {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// Everything here runs only inside POLYOPS_TARGET_AVX512 functions.
-#define POLYOPS_AVX512_INLINE POLYOPS_TARGET_AVX512 POLYOPS_INLINE
+// AVX-512 plus AVX512_BF16. The BF16 instruction runs only where
+// kNativeBf16 is true, which the callers choose by HasAvx512Bf16(): GCC
+// emits no BF16 instruction on its own (these loops have no __bf16 type).
+#define POLYOPS_TARGET_AVX512_ROWS \
+  __attribute__((                  \
+      target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+// Everything here runs only inside POLYOPS_TARGET_AVX512_ROWS functions.
+#define POLYOPS_AVX512_INLINE POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE
+
+// Whether the CPU has AVX512_BF16 on top of HasAvx512(), unless
+// POLYOPS_CPU_ISA=avx512 (tests run the integer rounding path with it).
+inline bool HasAvx512Bf16() {
+  static const bool has = [] {
+    const char* cap = std::getenv("POLYOPS_CPU_ISA");
+    return HasAvx512() && __builtin_cpu_supports("avx512bf16") &&
+           !(cap && std::strcmp(cap, "avx512") == 0);
+  }();
+  return has;
+}
 
 // The first n (< 16) lanes.
 POLYOPS_AVX512_INLINE __mmask16 TailMask(int64_t n) {
@@ -101,7 +120,11 @@ struct Chunk32 {
   __m512i lo, hi;  // 16-bit: lo holds all 32; float: 16 each
 };
 
-template <typename T>
+// kNativeBf16: bfloat16 by VCVTNE2PS2BF16 (32 in one instruction: round to
+// nearest even, NaN quieted with its payload, as ToBFloat16) unless the
+// chunk holds a subnormal, which that instruction flushes to zero
+// (0x007fffff gives 0x0000, not 0x0080): such chunks take the integer path.
+template <typename T, bool kNativeBf16 = false>
 POLYOPS_AVX512_INLINE Chunk32 Round32(__m512 lo, __m512 hi) {
   if constexpr (std::is_same_v<T, float>) {
     return {_mm512_castps_si512(lo), _mm512_castps_si512(hi)};
@@ -110,6 +133,14 @@ POLYOPS_AVX512_INLINE Chunk32 Round32(__m512 lo, __m512 hi) {
                                Round16<T>(hi), 1),
             _mm512_setzero_si512()};
   } else {
+    if constexpr (kNativeBf16) {
+      constexpr int kSubnormal = 0x20;
+      if ((_mm512_fpclass_ps_mask(lo, kSubnormal) |
+           _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0) {
+        return {reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)),
+                _mm512_setzero_si512()};
+      }
+    }
     // The high 16-bit word of every lane of lo, then of hi: one VPERMT2W
     // packs what two shifts, two VPMOVDW and an insert would.
     const __m512i odd_words = _mm512_set_epi16(
@@ -177,7 +208,7 @@ POLYOPS_AVX512_INLINE float SumOfSquares512(const T* x, int64_t n) {
 }
 
 // y = x * scale * w (w as float), in ScaleStagedRow's order.
-template <typename T>
+template <bool kNativeBf16, typename T>
 POLYOPS_AVX512_INLINE void ScaleRow512(const T* x, const float* w, float scale,
                                        T* y, int64_t n, bool stream) {
   const __m512 s = _mm512_set1_ps(scale);
@@ -188,7 +219,7 @@ POLYOPS_AVX512_INLINE void ScaleRow512(const T* x, const float* w, float scale,
         _mm512_mul_ps(_mm512_mul_ps(Load16(x + i), s), _mm512_loadu_ps(w + i));
     const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(Load16(x + i + 16), s),
                                     _mm512_loadu_ps(w + i + 16));
-    Store32(y + i, Round32<T>(lo, hi), stream);
+    Store32(y + i, Round32<T, kNativeBf16>(lo, hi), stream);
   }
   for (; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? __mmask16{0xffff} : TailMask(n - i);
@@ -200,18 +231,18 @@ POLYOPS_AVX512_INLINE void ScaleRow512(const T* x, const float* w, float scale,
 }
 
 // rms_norm of one row: y = x / sqrt(mean(x^2) + eps) * w.
-template <typename T>
-POLYOPS_TARGET_AVX512 void RmsNormRow512(const T* x, const float* w, T* y,
-                                         int64_t hidden, float eps,
-                                         bool stream) {
+template <typename T, bool kNativeBf16 = false>
+POLYOPS_TARGET_AVX512_ROWS void RmsNormRow512(const T* x, const float* w, T* y,
+                                              int64_t hidden, float eps,
+                                              bool stream) {
   const float sum = SumOfSquares512(x, hidden);
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
-  ScaleRow512(x, w, scale, y, hidden, stream);
+  ScaleRow512<kNativeBf16>(x, w, scale, y, hidden, stream);
 }
 
 // Round32 that also replaces lo and hi by the rounded values as float:
 // what loading the stored chunk back would give.
-template <typename T>
+template <typename T, bool kNativeBf16>
 POLYOPS_AVX512_INLINE Chunk32 RoundKeep32(__m512& lo, __m512& hi) {
   if constexpr (std::is_same_v<T, float>) {
     return Round32<T>(lo, hi);
@@ -222,15 +253,12 @@ POLYOPS_AVX512_INLINE Chunk32 RoundKeep32(__m512& lo, __m512& hi) {
     return {_mm512_inserti64x4(_mm512_castsi256_si512(half_lo), half_hi, 1),
             _mm512_setzero_si512()};
   } else {
-    const __m512i high_lo = RoundBf16High(lo), high_hi = RoundBf16High(hi);
-    const __m512i keep = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-    lo = _mm512_castsi512_ps(_mm512_and_si512(high_lo, keep));
-    hi = _mm512_castsi512_ps(_mm512_and_si512(high_hi, keep));
-    const __m512i odd_words = _mm512_set_epi16(
-        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
-        27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return {_mm512_permutex2var_epi16(high_lo, odd_words, high_hi),
-            _mm512_setzero_si512()};
+    const Chunk32 chunk = Round32<T, kNativeBf16>(lo, hi);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm512_castsi512_si256(chunk.lo)), 16));
+    hi = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(chunk.lo, 1)), 16));
+    return chunk;
   }
 }
 
@@ -238,11 +266,11 @@ POLYOPS_AVX512_INLINE Chunk32 RoundKeep32(__m512& lo, __m512& hi) {
 // `stage` (hidden elements of T, stays in L1), and its sum of squares is
 // taken in the same pass (SumOfSquares' order: 64-element groups here, the
 // tail from `stage`); then y = stage * scale * w as rms_norm's.
-template <typename T>
-POLYOPS_TARGET_AVX512 void AddRmsNormRow512(const T* a, const T* b,
-                                            const float* w, T* x, T* y,
-                                            int64_t hidden, float eps, T* stage,
-                                            bool stream) {
+template <typename T, bool kNativeBf16 = false>
+POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
+                                                 const float* w, T* x, T* y,
+                                                 int64_t hidden, float eps,
+                                                 T* stage, bool stream) {
   const bool stream_x = StreamRow(x, stream);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -252,7 +280,7 @@ POLYOPS_TARGET_AVX512 void AddRmsNormRow512(const T* a, const T* b,
       const int64_t at = i + 32 * half;
       __m512 lo = _mm512_add_ps(Load16(a + at), Load16(b + at));
       __m512 hi = _mm512_add_ps(Load16(a + at + 16), Load16(b + at + 16));
-      const Chunk32 chunk = RoundKeep32<T>(lo, hi);
+      const Chunk32 chunk = RoundKeep32<T, kNativeBf16>(lo, hi);
       Store32(stage + at, chunk, false);
       Store32(x + at, chunk, stream_x);
       acc[2 * half] = _mm512_add_ps(acc[2 * half], _mm512_mul_ps(lo, lo));
@@ -278,7 +306,7 @@ POLYOPS_TARGET_AVX512 void AddRmsNormRow512(const T* a, const T* b,
   for (int k = 0; k < 4; ++k) _mm512_store_ps(partial + 16 * k, acc[k]);
   for (int lane = 0; lane < 64; ++lane) sum += partial[lane];
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
-  ScaleRow512(stage, w, scale, y, hidden, stream);
+  ScaleRow512<kNativeBf16>(stage, w, scale, y, hidden, stream);
 }
 
 // Row [0, visible) of x as float into `stage`; returns RowMax's result:
@@ -321,7 +349,7 @@ POLYOPS_AVX512_INLINE __m512 ScaledVisible(const float* stage, int64_t at,
 
 // y[0, k) = stage[0, visible) * inverse, then zeros: one pass of whole
 // chunks, so a streamed row is written in full 64-byte lines.
-template <typename T>
+template <bool kNativeBf16, typename T>
 POLYOPS_AVX512_INLINE void ScaleAndZeroRow512(const float* stage, float inverse,
                                               T* y, int64_t k, int64_t visible,
                                               bool stream) {
@@ -330,8 +358,8 @@ POLYOPS_AVX512_INLINE void ScaleAndZeroRow512(const float* stage, float inverse,
   int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
     Store32(y + i,
-            Round32<T>(ScaledVisible(stage, i, visible, s),
-                       ScaledVisible(stage, i + 16, visible, s)),
+            Round32<T, kNativeBf16>(ScaledVisible(stage, i, visible, s),
+                                    ScaledVisible(stage, i + 16, visible, s)),
             stream);
   }
   for (; i < k; i += 16) {

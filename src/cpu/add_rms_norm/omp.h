@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 
+#include <type_traits>
+
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
@@ -88,13 +90,21 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
           if (cpu::HasAvx512()) {
             const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
                                 cpu::kStreamingBytes;
-            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-              int64_t at[4];
-              rows_.Offsets(row, at);
-              T stage[cpu::kMaxStagedRow];
-              cpu::AddRmsNormRow512(a + at[2], b + at[3], ws, x + at[1],
-                                    y + at[0], hidden, eps_f, stage, stream);
-            });
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[4];
+                rows_.Offsets(row, at);
+                T stage[cpu::kMaxStagedRow];
+                cpu::AddRmsNormRow512<T, decltype(native_bf16)::value>(
+                    a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
+                    eps_f, stage, stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
             return;
           }
 #endif

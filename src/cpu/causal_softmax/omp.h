@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/causal_softmax.h"
 #include "core/dispatch.h"
@@ -103,17 +104,17 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
 // The AVX-512 row: x converted in registers while its max is taken, exp and
 // sum as CausalSoftmaxRow, then the scaled row and its zeros written in one
 // pass (streamed when `stream`). Long rows take CausalSoftmaxRow.
-template <typename T>
-POLYOPS_TARGET_AVX512 void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
-                                               int64_t visible, float* stage,
-                                               bool stream) {
+template <typename T, bool kNativeBf16 = false>
+POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
+                                                    int64_t visible,
+                                                    float* stage, bool stream) {
   if (visible == 0 || visible > kMaxStagedRow) {
     CausalSoftmaxRowAvx512(x, y, k, visible, stage);
     return;
   }
   const float max = StageAndMax512(x, stage, visible);
   const float inverse = 1.0f / ExpShiftSum(stage, max, stage, visible);
-  ScaleAndZeroRow512(stage, inverse, y, k, visible, stream);
+  ScaleAndZeroRow512<kNativeBf16>(stage, inverse, y, k, visible, stream);
 }
 #endif
 
@@ -143,13 +144,21 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
           if (cpu::HasAvx512()) {
             const bool stream =
                 rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
-            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-              int64_t at[2];
-              rows_.Offsets(row, at);
-              float stage[cpu::kMaxStagedRow];
-              cpu::CausalSoftmaxRow512(x + at[1], y + at[0], keys,
-                                       VisibleKeys(row), stage, stream);
-            });
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[2];
+                rows_.Offsets(row, at);
+                float stage[cpu::kMaxStagedRow];
+                cpu::CausalSoftmaxRow512<T, decltype(native_bf16)::value>(
+                    x + at[1], y + at[0], keys, VisibleKeys(row), stage,
+                    stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
             return;
           }
 #endif

@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CPU_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_RMS_NORM_OMP_H_
 
+#include <type_traits>
+
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
@@ -62,12 +64,19 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
               rows_.numel * hidden * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
 #ifdef POLYOPS_HAVE_AVX512_ROWS
           if (cpu::HasAvx512()) {
-            cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-              int64_t at[2];
-              rows_.Offsets(row, at);
-              cpu::RmsNormRow512(x + at[1], ws, y + at[0], hidden, eps_f,
-                                 stream);
-            });
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[2];
+                rows_.Offsets(row, at);
+                cpu::RmsNormRow512<T, decltype(native_bf16)::value>(
+                    x + at[1], ws, y + at[0], hidden, eps_f, stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
             return;
           }
 #endif
