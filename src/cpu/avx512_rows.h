@@ -91,9 +91,8 @@ POLYOPS_AVX512_INLINE __m512 Load16(const T* p, __mmask16 mask) {
 
 // bfloat16 rounding of 16 floats, in the high half of each 32-bit lane:
 // ToBFloat16's sequence (round to nearest even; NaN quieted, sign and
-// payload kept) in vector form. AVX512_BF16's VCVTNEPS2BF16 is not used: it
-// flushes subnormal inputs to zero (0x007fffff gives 0x0000, not 0x0080),
-// which the other variants do not.
+// payload kept) in vector form: the path of CPUs without AVX512_BF16, and
+// of chunks holding a subnormal, which its instruction flushes (Round32).
 POLYOPS_AVX512_INLINE __m512i RoundBf16High(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i odd =
