@@ -3,7 +3,8 @@
 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
-and must give the same bits as the others (the build does not contract
+(and AVX-512 with and without AVX512_BF16's rounding instruction) and must
+give the same bits as the others (the build does not contract
 multiply-adds, and every variant sums in the same order) and match float64.
 """
 
@@ -62,8 +63,33 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     out[f"causal_softmax_specials_{dtype}"] = polyops.causal_softmax(s)
     m[:, 5], m[:, 600], m[3], m[4, 700:] = -inf, inf, nan, 0.0
     out[f"silu_and_mul_specials_{dtype}"] = polyops.silu_and_mul(m[:, :1000])
+    # Outputs over 16 MiB take the streaming stores; 4100 keeps a vector tail
+    # and puts most rows off 64-byte alignment (both store paths in one call).
+    rows = 1030 if dtype == torch.float32 else 2060
+    big = torch.randn(rows, 4100, generator=h).to(dtype)
+    res = torch.randn(rows, 4100, generator=h).to(dtype)
+    wb = torch.randn(4100, generator=h).to(dtype)
+    out[f"big_inputs_{dtype}"] = torch.stack([big, res, wb.expand_as(big)])
+    out[f"rms_norm_big_{dtype}"] = polyops.rms_norm(big, wb, 1e-6)
+    out[f"add_rms_norm_big_{dtype}"] = torch.cat(polyops.add_rms_norm(big, res, wb, 1e-6))
+    # NaN / inf rows, and outputs in bfloat16's subnormal range (tiny weights).
+    big[0, 5], big[1, 7], big[2, :] = nan, inf, 0.0
+    wb[100:200] = 1e-39 if dtype != torch.float16 else 1e-7
+    out[f"rms_norm_big_specials_{dtype}"] = polyops.rms_norm(big, wb, 1e-6)
+    out[f"add_rms_norm_big_specials_{dtype}"] = torch.cat(polyops.add_rms_norm(big, res, wb, 1e-6))
+    sm = (torch.randn(16, 512, 1100, generator=h) * 4).to(dtype)
+    sm[0, 3, 1], sm[1, 600 % 512, 2] = nan, inf
+    out[f"causal_softmax_big_{dtype}"] = polyops.causal_softmax(sm)
+    ma, mb = big[:, :4099], res[:, 1:]
+    ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
+    out[f"mul_{dtype}"] = polyops.mul(ma, mb)
 torch.save(out, sys.argv[1])
 """
+
+
+#: POLYOPS_CPU_ISA values: "avx512" is AVX-512 without AVX512_BF16's bfloat16
+#: rounding instruction (the integer path), "all" whatever the CPU has.
+ISAS = ("baseline", "avx2", "avx512", "all")
 
 
 def _run(isa: str, path: str) -> dict[str, torch.Tensor]:
@@ -72,8 +98,13 @@ def _run(isa: str, path: str) -> dict[str, torch.Tensor]:
     return torch.load(path)
 
 
+def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float64 rms_norm of the rows of x [rows, hidden] with weight w [hidden], eps 1e-6."""
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
 def test_isa_variants_agree_bit_for_bit(tmp_path):
-    results = {isa: _run(isa, str(tmp_path / f"{isa}.pt")) for isa in ("baseline", "avx2", "all")}
+    results = {isa: _run(isa, str(tmp_path / f"{isa}.pt")) for isa in ISAS}
     g = torch.Generator().manual_seed(7)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         x = torch.randn(64, 4096, generator=g).to(dtype).double()
@@ -90,7 +121,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
         tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
         for key, reference in expected.items():
             baseline = results["baseline"][key]
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
@@ -104,15 +135,48 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "rotary_pairs",
         ):
             key = f"{op}_{dtype}"
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
-        # With NaNs: the bits, so that NaN == NaN (torch.equal says no).
+        # The streaming and vector-tail paths (outputs over 16 MiB, rows of
+        # 4100): float64 on normal data, then the bits of every variant.
+        big, res, wb = results["baseline"][f"big_inputs_{dtype}"].double()
+        summed = (big + res).to(dtype).double()
+        expected = {
+            f"rms_norm_big_{dtype}": rms(big, wb[0]),
+            f"add_rms_norm_big_{dtype}": torch.cat([rms(summed, wb[0]), summed]),
+        }
+        for key, reference in expected.items():
+            got = results["baseline"][key].double()
+            error = ((got - reference).abs() / reference.abs().clamp(min=1)).max()
+            assert error <= tolerance, f"{key}: {error}"
+        # The bits, so that NaN == NaN (torch.equal says no).
         bits = torch.int32 if dtype == torch.float32 else torch.int16
-        for op in ("attention_specials", "causal_softmax_specials", "silu_and_mul_specials"):
+        for op in (
+            "rms_norm_big",
+            "add_rms_norm_big",
+            "rms_norm_big_specials",
+            "add_rms_norm_big_specials",
+            "causal_softmax_big",
+            "mul",
+        ):
+            key = f"{op}_{dtype}"
+            baseline = results["baseline"][key].view(bits)
+            for isa in ISAS[1:]:
+                assert torch.equal(results[isa][key].view(bits), baseline), f"{key}: {isa}"
+        # These have NaNs (and numbers): a variant that lost or made one fails above.
+        for op in (
+            "attention_specials",
+            "causal_softmax_specials",
+            "silu_and_mul_specials",
+            "rms_norm_big_specials",
+            "add_rms_norm_big_specials",
+            "causal_softmax_big",
+            "mul",
+        ):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key]
             assert baseline.isnan().any() and not baseline.isnan().all(), key
-            for isa in ("avx2", "all"):
+            for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key].view(bits), baseline.view(bits)), (
                     f"{key}: {isa}"
                 )

@@ -57,7 +57,8 @@ bool HasF16c() {
 namespace {
 
 // POLYOPS_CPU_ISA=baseline|avx2 caps the kernels' ISA below what the CPU
-// has, so tests can run every variant on one machine.
+// has, so tests can run every variant on one machine (=avx512 keeps
+// AVX-512 but not AVX512_BF16: see HasAvx512Bf16 in cpu/avx512_rows.h).
 int IsaCap() {
   static const int cap = [] {
     const char* value = std::getenv("POLYOPS_CPU_ISA");

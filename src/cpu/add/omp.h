@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CPU_ADD_OMP_H_
 #define POLYOPS_CPU_ADD_OMP_H_
 
+#include <type_traits>
+
 #include "base/add.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
@@ -21,7 +23,10 @@ class Operator<Add, Device::Type::kCpu, 1> : public Add {
         dtype_, "polyops.add", [&](auto tag) {
           using T = typename decltype(tag)::type;
           using C = cpu::ComputeType<T>;
-          cpu::MapBlocks<T, 3>(
+          // 16-bit floats convert in and out of every block: built per ISA
+          // (F16C, AVX-512 shifts and rounding), not for the SSE2 baseline.
+          constexpr bool kIsaVariants = !std::is_same_v<T, C>;
+          cpu::MapBlocks<T, 3, kIsaVariants>(
               layout_, {out->data(), input.data(), other.data()}, {0, 0, 0},
               /*parallel=*/true, [](C* y, const C* const* x, int64_t n) {
                 for (int64_t i = 0; i < n; ++i) {

@@ -1,9 +1,12 @@
 #ifndef POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_ADD_RMS_NORM_OMP_H_
 
+#include <type_traits>
+
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops {
@@ -42,8 +45,9 @@ POLYOPS_ROW_KERNEL_VARIANTS(AddRmsNormRow,
 }  // namespace cpu
 
 // Slot 1: rows spread over OpenMP threads. Each row: x = x1 + x2 is stored
-// and kept (as stored) in a float stage, then normalized exactly as
-// rms_norm's slot 1 does.
+// and kept (as stored) in a stage, then normalized exactly as rms_norm's
+// slot 1 does (with AVX-512: converted in registers, the stage of type T,
+// large outputs streamed; see cpu/avx512_rows.h).
 template <>
 class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
  public:
@@ -82,6 +86,28 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(g, w_stage, hidden);
+#ifdef POLYOPS_HAVE_AVX512_ROWS
+          if (cpu::HasAvx512()) {
+            const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
+                                cpu::kStreamingBytes;
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[4];
+                rows_.Offsets(row, at);
+                T stage[cpu::kMaxStagedRow];
+                cpu::AddRmsNormRow512<T, decltype(native_bf16)::value>(
+                    a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
+                    eps_f, stage, stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
+            return;
+          }
+#endif
           const auto row_kernel = cpu::AddRmsNormRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[4];

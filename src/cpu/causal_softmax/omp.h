@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/causal_softmax.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 #include "cpu/vector_exp.h"
 
@@ -98,12 +100,31 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
                              float* stage),
                             (x, y, k, visible, stage))
 
+#ifdef POLYOPS_HAVE_AVX512_ROWS
+// The AVX-512 row: x converted in registers while its max is taken, exp and
+// sum as CausalSoftmaxRow, then the scaled row and its zeros written in one
+// pass (streamed when `stream`). Long rows take CausalSoftmaxRow.
+template <typename T, bool kNativeBf16 = false>
+POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
+                                                    int64_t visible,
+                                                    float* stage, bool stream) {
+  if (visible == 0 || visible > kMaxStagedRow) {
+    CausalSoftmaxRowAvx512(x, y, k, visible, stage);
+    return;
+  }
+  const float max = StageAndMax512(x, stage, visible);
+  const float inverse = 1.0f / ExpShiftSum(stage, max, stage, visible);
+  ScaleAndZeroRow512<kNativeBf16>(stage, inverse, y, k, visible, stream);
+}
+#endif
+
 }  // namespace cpu
 
 // Slot 0: rows spread over OpenMP threads; each row's visible keys are
 // staged as float once, with a vectorizable exp, compiled for the x86-64
 // baseline, AVX2 and AVX-512 and chosen at run time. Rows longer than 16384
-// keys take three blocked passes.
+// keys take three blocked passes. With AVX-512, 16-bit rows are converted in
+// registers and large outputs streamed (cpu/avx512_rows.h).
 template <>
 class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
  public:
@@ -118,8 +139,30 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
           const T* x = input.data_as<const T>();
           T* y = out->data_as<T>();
           const int64_t keys = keys_;
-          const auto row_kernel = cpu::CausalSoftmaxRowForCpu<T>();
           const bool parallel = rows_.numel * keys >= cpu::kParallelGrain;
+#ifdef POLYOPS_HAVE_AVX512_ROWS
+          if (cpu::HasAvx512()) {
+            const bool stream =
+                rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[2];
+                rows_.Offsets(row, at);
+                float stage[cpu::kMaxStagedRow];
+                cpu::CausalSoftmaxRow512<T, decltype(native_bf16)::value>(
+                    x + at[1], y + at[0], keys, VisibleKeys(row), stage,
+                    stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
+            return;
+          }
+#endif
+          const auto row_kernel = cpu::CausalSoftmaxRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[2];
             rows_.Offsets(row, at);

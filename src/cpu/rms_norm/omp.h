@@ -1,9 +1,12 @@
 #ifndef POLYOPS_CPU_RMS_NORM_OMP_H_
 #define POLYOPS_CPU_RMS_NORM_OMP_H_
 
+#include <type_traits>
+
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 
 namespace polyops {
@@ -25,9 +28,11 @@ POLYOPS_ROW_KERNEL_VARIANTS(RmsNormRow,
 
 }  // namespace cpu
 
-// Slot 1: rows spread over OpenMP threads; each row is staged as float once
-// (converted in once, out once), vectorized for AVX2 / AVX-512 where the CPU
-// has them.
+// Slot 1: rows spread over OpenMP threads. With AVX-512 each row is read
+// twice (sum of squares, then scale) and converted in registers, large
+// outputs streamed (cpu/avx512_rows.h); otherwise each row is staged as
+// float once (converted in once, out once), vectorized for AVX2 where the
+// CPU has it.
 template <>
 class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
  public:
@@ -55,9 +60,27 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(w, w_stage, hidden);
-          const auto row_kernel = cpu::RmsNormRowForCpu<T>();
           const bool stream =
               rows_.numel * hidden * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+#ifdef POLYOPS_HAVE_AVX512_ROWS
+          if (cpu::HasAvx512()) {
+            auto run = [&](auto native_bf16) {
+              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
+                int64_t at[2];
+                rows_.Offsets(row, at);
+                cpu::RmsNormRow512<T, decltype(native_bf16)::value>(
+                    x + at[1], ws, y + at[0], hidden, eps_f, stream);
+              });
+            };
+            if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
+              run(std::true_type{});
+            } else {
+              run(std::false_type{});
+            }
+            return;
+          }
+#endif
+          const auto row_kernel = cpu::RmsNormRowForCpu<T>();
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[2];
             rows_.Offsets(row, at);

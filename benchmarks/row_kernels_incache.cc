@@ -1,0 +1,166 @@
+// Cost per element (thread CPU time) of the CPU row kernels against memcpy,
+// one thread: the roofline side of benchmarks/memory_bound.py (issue 13).
+// By default 64 rows of 4096 (1 MiB of float32 in and out) stay in L2, so
+// the figures are what the core spends per element, not what memory allows;
+// `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
+// streamed as the library streams them) for the single-thread memory side.
+// Thread CPU time, not the wall clock: on a shared, oversubscribed machine
+// the wall clock also counts the time other processes hold the core.
+//
+// Build and run (from the repository root; the flags are the library's):
+//   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \
+//     -Isrc benchmarks/row_kernels_incache.cc src/cpu/convert.cc \
+//     -o build/row_kernels_incache && build/row_kernels_incache
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "cpu/avx512_rows.h"
+#include "cpu/causal_softmax/omp.h"
+#include "cpu/rms_norm/omp.h"
+#include "cpu/row_kernels.h"
+#include "cpu/vector_exp.h"
+
+namespace {
+
+using polyops::BFloat16;
+using polyops::Half;
+
+constexpr int64_t kHidden = 4096;
+
+// bfloat16 rounding by AVX512_BF16 (main() checks the CPU has it).
+template <typename T>
+constexpr bool kNative = std::is_same_v<T, BFloat16>;
+
+double ThreadNs() {
+  timespec now;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return now.tv_sec * 1e9 + now.tv_nsec;
+}
+
+// Median over `samples` samples of CPU ns per element of fn() (one call =
+// `elements` elements).
+template <typename Fn>
+double NsPerElement(int64_t elements, int samples, int calls, Fn&& fn) {
+  std::vector<double> times;
+  fn();
+  for (int s = 0; s < samples; ++s) {
+    const double start = ThreadNs();
+    for (int c = 0; c < calls; ++c) fn();
+    times.push_back((ThreadNs() - start) / (calls * elements));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+template <typename T>
+void Fill(std::vector<T>& v, std::mt19937& gen) {
+  std::normal_distribution<float> dist;
+  std::vector<float> f(v.size());
+  for (float& x : f) x = dist(gen);
+  polyops::cpu::StoreBlock(f.data(), v.data(), 1,
+                           static_cast<int64_t>(v.size()));
+}
+
+// causal_softmax's AVX-512 row without its exp pass (a made-up inverse).
+template <typename T>
+POLYOPS_TARGET_AVX512_ROWS void SoftmaxWithoutExp(const T* x, T* y,
+                                                  float* stage, bool stream) {
+  const float max = polyops::cpu::StageAndMax512(x, stage, kHidden);
+  polyops::cpu::ScaleAndZeroRow512<false>(stage, 1.0f / (max + 2.0f), y,
+                                          kHidden, kHidden, stream);
+}
+
+template <typename T>
+void Run(const char* name, int64_t rows) {
+  namespace cpu = polyops::cpu;
+  const int64_t n = rows * kHidden;
+  const bool stream = n * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+  const int samples = rows > 256 ? 5 : 15;
+  const int calls = rows > 256 ? 1 : 20;
+  std::mt19937 gen(0);
+  std::vector<T> x(n), r(n), y(n), s(n), w(kHidden);
+  Fill(x, gen), Fill(r, gen), Fill(w, gen);
+  std::vector<float> ws(kHidden), stage(cpu::kMaxStagedRow);
+  std::vector<T> t_stage(cpu::kMaxStagedRow);
+  cpu::LoadBlock(w.data(), 1, ws.data(), kHidden);
+  const float eps = 1e-6f;
+  auto time = [&](auto&& fn) { return NsPerElement(n, samples, calls, fn); };
+
+  const double copy =
+      time([&] { std::memcpy(y.data(), x.data(), n * sizeof(T)); });
+  const auto generic = cpu::RmsNormRowForCpu<T>();
+  std::vector<T> y_stage(cpu::kMaxStagedRow);
+  const double rms_generic = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      generic(x.data() + row * kHidden, ws.data(), y.data() + row * kHidden,
+              kHidden, eps, stage.data(), stream ? y_stage.data() : nullptr);
+    }
+  });
+  const double rms_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::RmsNormRow512<T, kNative<T>>(x.data() + row * kHidden, ws.data(),
+                                        y.data() + row * kHidden, kHidden, eps,
+                                        stream);
+    }
+  });
+  const double add_rms_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::AddRmsNormRow512<T, kNative<T>>(
+          x.data() + row * kHidden, r.data() + row * kHidden, ws.data(),
+          s.data() + row * kHidden, y.data() + row * kHidden, kHidden, eps,
+          t_stage.data(), stream);
+    }
+  });
+  // Full rows (every key visible): the cost per visible element.
+  const auto softmax_generic = cpu::CausalSoftmaxRowForCpu<T>();
+  const double softmax_gen = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      softmax_generic(x.data() + row * kHidden, y.data() + row * kHidden,
+                      kHidden, kHidden, stage.data());
+    }
+  });
+  const double softmax_512 = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::CausalSoftmaxRow512<T, kNative<T>>(x.data() + row * kHidden,
+                                              y.data() + row * kHidden, kHidden,
+                                              kHidden, stage.data(), stream);
+    }
+  });
+  // The same without its exp pass: what the exp costs is the difference.
+  const double softmax_no_exp = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      SoftmaxWithoutExp(x.data() + row * kHidden, y.data() + row * kHidden,
+                        stage.data(), stream);
+    }
+  });
+  std::printf("%-5s %7.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, copy,
+              rms_generic, rms_512, add_rms_512, softmax_gen, softmax_512,
+              softmax_no_exp);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!polyops::cpu::HasAvx512Bf16()) {
+    std::printf("this CPU has no AVX-512 + AVX512_BF16: not measured\n");
+    return 0;
+  }
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 64;
+  std::printf(
+      "CPU ns per element, one thread, %lld x %lld (median); add_rms: per "
+      "element of x1\n",
+      static_cast<long long>(rows), static_cast<long long>(kHidden));
+  std::printf("%-5s %7s %9s %9s %9s %9s %9s %9s\n", "dtype", "memcpy",
+              "rms gen", "rms 512", "addrms512", "smax gen", "smax 512",
+              "smax noexp");
+  Run<float>("f32", rows);
+  Run<Half>("f16", rows);
+  Run<BFloat16>("bf16", rows);
+  return 0;
+}
