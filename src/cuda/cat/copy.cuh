@@ -23,9 +23,10 @@ struct CopyStridedFn {
 }  // namespace cuda
 
 // Slot 0: per piece, one cudaMemcpyAsync where the piece and its slice of
-// `out` are both contiguous, else a strided copy kernel over elements of the
-// dtype's width (compiled, never executed on a GPU yet). Both are stream
-// ordered and capturable in a CUDA graph.
+// `out` are both contiguous, one cudaMemcpy2DAsync where both are rows of
+// contiguous elements (a cat along the last dim), else a strided copy kernel
+// over elements of the dtype's width (compiled, never executed on a GPU
+// yet). All are stream ordered and capturable in a CUDA graph.
 template <>
 class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
  public:
@@ -47,6 +48,17 @@ class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
   }
 
  private:
+  // Two dims, unit inner strides, row pitches no shorter than a row (what
+  // cudaMemcpy2DAsync accepts).
+  static bool IsPitched2D(const ElementwiseLayout<2>& layout) {
+    if (layout.ndim != 2) return false;
+    for (int k = 0; k < 2; ++k) {
+      if (layout.strides[k][1] != 1) return false;
+      if (layout.strides[k][0] < layout.shape[1]) return false;
+    }
+    return true;
+  }
+
   template <typename E>
   void Run(const Handle& handle, const std::vector<Tensor>& tensors,
            const Tensor& out) const {
@@ -57,10 +69,19 @@ class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
       if (piece.layout.numel == 0) continue;
       E* const dst = out_base + piece.out_offset;
       const E* const src = static_cast<const E*>(tensors[p].data());
-      if (piece.layout.IsContiguous1D()) {
-        cuda::Check(cudaMemcpyAsync(dst, src, piece.layout.numel * sizeof(E),
+      const ElementwiseLayout<2>& layout = piece.layout;
+      if (layout.IsContiguous1D()) {
+        cuda::Check(cudaMemcpyAsync(dst, src, layout.numel * sizeof(E),
                                     cudaMemcpyDeviceToDevice, stream),
                     "polyops.cat", "cudaMemcpyAsync");
+      } else if (IsPitched2D(layout)) {
+        // Rows of contiguous elements, e.g. a cat along the last dim.
+        cuda::Check(
+            cudaMemcpy2DAsync(dst, layout.strides[0][0] * sizeof(E), src,
+                              layout.strides[1][0] * sizeof(E),
+                              layout.shape[1] * sizeof(E), layout.shape[0],
+                              cudaMemcpyDeviceToDevice, stream),
+            "polyops.cat", "cudaMemcpy2DAsync");
       } else {
         cuda::LaunchStrided(piece.layout, stream, "polyops.cat",
                             cuda::CopyStridedFn<E>{dst, src});
