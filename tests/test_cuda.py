@@ -118,6 +118,19 @@ def test_graph_capture_and_replay(op):
         torch.testing.assert_close(replayed, expected, rtol=0, atol=0, equal_nan=True)
 
 
+def _ops_without_cuda_slots() -> list:
+    ops = [op for op in OPS if BUILT and not polyops.implementations(op, "cuda")]
+    return ops or [pytest.param(None, marks=pytest.mark.skip(reason="every op has a CUDA slot"))]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", _ops_without_cuda_slots())
+def test_op_without_cuda_slot_is_not_implemented(op):
+    message = rf"polyops\.{op} is not supported on device 'cuda'"
+    with pytest.raises(NotImplementedError, match=message):
+        _run(op, _build(op))
+
+
 @needs_gpu
 def test_side_stream_ordered_by_event():
     x = torch.randn(1 << 20, device="cuda")
