@@ -204,6 +204,30 @@ def test_cache_hit_makes_no_device_allocation(op):
 
 
 @needs_gpu
+def test_own_slots_allocate_nothing_on_a_cache_hit():
+    x = torch.randn(64, 128, device="cuda")
+    bias = torch.randn(128, device="cuda")
+    out = torch.empty_like(x)
+    half = torch.empty(64, 128, dtype=torch.float16, device="cuda")
+    joined = torch.empty(64, 256, device="cuda")
+
+    def calls():
+        polyops.add(x, bias, out=out)
+        polyops.mul(x, x, out=out)
+        polyops.cast(x, torch.float16, out=half)
+        polyops.cat([x, x], 1, out=joined)
+
+    calls()  # misses: the instances are built
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    calls()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    torch.testing.assert_close(joined, torch.cat([x, x], 1), rtol=0, atol=0)
+    torch.testing.assert_close(half, x.half(), rtol=0, atol=0)
+
+
+@needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int32])
 def test_add_vector_path_and_tail(dtype):
     # An odd length: 16-byte vectors, then the scalar tail; an offset view:
