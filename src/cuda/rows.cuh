@@ -1,0 +1,223 @@
+// Building blocks of the row-wise CUDA slots (norms, activations, softmax,
+// rotary, KV-cache writes): 16-byte packs, row offsets computed on the
+// device from an ElementwiseLayout, launch geometry, and the two-input
+// activation map shared by swiglu and silu_and_mul.
+#ifndef POLYOPS_CUDA_ROWS_CUH_
+#define POLYOPS_CUDA_ROWS_CUH_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/elementwise_layout.h"
+#include "core/tensor.h"
+#include "cuda/common.cuh"
+
+namespace polyops::cuda {
+
+// Elements of N in one 16-byte access.
+template <typename N>
+inline constexpr int kPackWidth = static_cast<int>(16 / sizeof(N));
+
+// kWidth consecutive elements moved by one access (16 bytes for
+// kPackWidth<N>, a plain scalar access for 1).
+template <typename N, int kWidth>
+struct alignas(sizeof(N) * kWidth) Pack {
+  N value[kWidth];
+};
+
+template <typename N, int kWidth>
+__device__ __forceinline__ void LoadFloats(const N* src,
+                                           float (&out)[kWidth]) {
+  const Pack<N, kWidth> pack = *reinterpret_cast<const Pack<N, kWidth>*>(src);
+#pragma unroll
+  for (int j = 0; j < kWidth; ++j) out[j] = ToFloat(pack.value[j]);
+}
+
+template <typename N, int kWidth>
+__device__ __forceinline__ void StoreFloats(N* dst,
+                                            const float (&values)[kWidth]) {
+  Pack<N, kWidth> pack;
+#pragma unroll
+  for (int j = 0; j < kWidth; ++j) pack.value[j] = FromFloat<N>(values[j]);
+  *reinterpret_cast<Pack<N, kWidth>*>(dst) = pack;
+}
+
+inline bool Aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+// silu(g) = g / (1 + exp(-g)) in float32 with IEEE ends, as the CPU slots:
+// g << 0 gives g / inf = -0, silu(-inf) = -inf / inf = NaN, silu(inf) = inf.
+__device__ __forceinline__ float Silu(float g) {
+  return g / (1.0f + expf(-g));
+}
+
+// The element offsets of K operands at each position of an iteration space
+// (its row-major order), usable on the device: a kernel parameter copied
+// from an ElementwiseLayout when the slot is constructed.
+template <int K>
+struct RowMap {
+  int ndim = 0;  // 0: one position, every offset 0
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[K][kMaxDims] = {};
+  int64_t count = 0;  // positions
+
+  // The first `ndim` dims of `layout`: its rows when the last dim is left
+  // out, every element when ndim == layout.ndim.
+  static RowMap Of(const ElementwiseLayout<K>& layout, int ndim) {
+    RowMap map;
+    map.ndim = ndim;
+    map.count = 1;
+    for (int d = 0; d < ndim; ++d) {
+      map.shape[d] = layout.shape[d];
+      map.count *= layout.shape[d];
+      for (int k = 0; k < K; ++k) map.strides[k][d] = layout.strides[k][d];
+    }
+    if (layout.numel == 0) map.count = 0;
+    return map;
+  }
+
+  // Whether every position of every operand starts a whole number of
+  // `width`-element packs after the operand's first.
+  bool StridesMultipleOf(int64_t width) const {
+    for (int d = 0; d < ndim; ++d) {
+      for (int k = 0; k < K; ++k) {
+        if (strides[k][d] % width != 0) return false;
+      }
+    }
+    return true;
+  }
+
+  __device__ __forceinline__ void Offsets(int64_t position,
+                                          int64_t (&at)[K]) const {
+    if (ndim == 1) {  // the common case: one division-free multiply
+#pragma unroll
+      for (int k = 0; k < K; ++k) at[k] = position * strides[k][0];
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) at[k] = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      const int64_t index = position % shape[d];
+      position /= shape[d];
+#pragma unroll
+      for (int k = 0; k < K; ++k) at[k] += index * strides[k][d];
+    }
+  }
+};
+
+// One block per row: enough warps for `work` items per row, at most 1024,
+// and at most 256 when there are >= 256 rows (smaller blocks keep more of
+// them resident per SM, as vLLM's norm kernels do).
+inline int RowThreads(int64_t work, int64_t rows) {
+  const int64_t limit = rows >= 256 ? 256 : 1024;
+  const int64_t warps = (std::max<int64_t>(work, 1) + 31) / 32;
+  return static_cast<int>(std::min(warps * 32, limit));
+}
+
+// Grid of a one-block-per-row kernel; kernels loop over rows with a stride
+// of gridDim.x, so a grid capped at CUDA's x limit still covers every row.
+inline unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(rows, 0x7fffffff));
+}
+
+// ---------------------------------------------------------------------------
+// out = fn(a, b) elementwise over an ElementwiseLayout<3> (operands out, a,
+// b), fn in float32 rounded once to N: swiglu and silu_and_mul.
+
+// How a call walks the layout, fixed at construction.
+struct BinaryMapPlan {
+  // Rows: the last dim has unit stride in every operand, so it runs
+  // contiguously (2-D grid: x over the row, y over rows); `map` holds the
+  // leading dims. Otherwise every element computes its own offsets from
+  // `map`, which then holds all dims.
+  bool rows = false;
+  int64_t inner = 1;
+  // 16-byte packs are possible when the pointers also are 16-byte aligned.
+  bool packable = false;
+  RowMap<3> map;
+
+  static BinaryMapPlan Make(const ElementwiseLayout<3>& layout,
+                            int element_size) {
+    BinaryMapPlan plan;
+    const int last = layout.ndim - 1;
+    plan.rows = layout.numel > 0 && layout.strides[0][last] == 1 &&
+                layout.strides[1][last] == 1 && layout.strides[2][last] == 1;
+    if (plan.rows) {
+      plan.inner = layout.inner();
+      plan.map = RowMap<3>::Of(layout, last);
+      const int64_t width = 16 / element_size;
+      plan.packable =
+          plan.inner % width == 0 && plan.map.StridesMultipleOf(width);
+    } else {
+      plan.map = RowMap<3>::Of(layout, layout.ndim);
+    }
+    return plan;
+  }
+};
+
+template <typename N, int kWidth, typename Fn>
+__global__ void BinaryRowsKernel(N* out, const N* a, const N* b,
+                                 RowMap<3> rows, int64_t inner, Fn fn) {
+  const int64_t column =
+      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kWidth;
+  if (column >= inner) return;
+  for (int64_t row = blockIdx.y; row < rows.count; row += gridDim.y) {
+    int64_t at[3];
+    rows.Offsets(row, at);
+    float x[kWidth], y[kWidth], result[kWidth];
+    LoadFloats<N, kWidth>(a + at[1] + column, x);
+    LoadFloats<N, kWidth>(b + at[2] + column, y);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) result[j] = fn(x[j], y[j]);
+    StoreFloats<N, kWidth>(out + at[0] + column, result);
+  }
+}
+
+template <typename N, typename Fn>
+__global__ void BinaryStridedKernel(N* out, const N* a, const N* b,
+                                    RowMap<3> map, Fn fn) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < map.count; i += step) {
+    int64_t at[3];
+    map.Offsets(i, at);
+    out[at[0]] = FromFloat<N>(fn(ToFloat(a[at[1]]), ToFloat(b[at[2]])));
+  }
+}
+
+// Launches the map on `stream`. Each element is read and written by one
+// thread, so `out` may be exactly `a` or `b` (in place).
+template <typename N, typename Fn>
+void LaunchBinaryMap(const BinaryMapPlan& plan, N* out, const N* a, const N* b,
+                     Fn fn, cudaStream_t stream, const char* op) {
+  constexpr int kThreads = 256;
+  if (plan.map.count == 0) return;
+  if (!plan.rows) {
+    const int64_t blocks = std::min<int64_t>(
+        (plan.map.count + kThreads - 1) / kThreads, int64_t{1} << 20);
+    BinaryStridedKernel<N><<<static_cast<unsigned>(blocks), kThreads, 0,
+                             stream>>>(out, a, b, plan.map, fn);
+    CheckLaunch(op);
+    return;
+  }
+  const bool packed =
+      plan.packable && Aligned16(out) && Aligned16(a) && Aligned16(b);
+  const int width = packed ? kPackWidth<N> : 1;
+  const int64_t threads_needed = plan.inner / width;
+  const dim3 grid(
+      static_cast<unsigned>((threads_needed + kThreads - 1) / kThreads),
+      static_cast<unsigned>(std::min<int64_t>(plan.map.count, 65535)));
+  if (packed) {
+    BinaryRowsKernel<N, kPackWidth<N>>
+        <<<grid, kThreads, 0, stream>>>(out, a, b, plan.map, plan.inner, fn);
+  } else {
+    BinaryRowsKernel<N, 1>
+        <<<grid, kThreads, 0, stream>>>(out, a, b, plan.map, plan.inner, fn);
+  }
+  CheckLaunch(op);
+}
+
+}  // namespace polyops::cuda
+
+#endif  // POLYOPS_CUDA_ROWS_CUH_
