@@ -26,8 +26,7 @@ struct alignas(sizeof(N) * kWidth) Pack {
 };
 
 template <typename N, int kWidth>
-__device__ __forceinline__ void LoadFloats(const N* src,
-                                           float (&out)[kWidth]) {
+__device__ __forceinline__ void LoadFloats(const N* src, float (&out)[kWidth]) {
   const Pack<N, kWidth> pack = *reinterpret_cast<const Pack<N, kWidth>*>(src);
 #pragma unroll
   for (int j = 0; j < kWidth; ++j) out[j] = ToFloat(pack.value[j]);
@@ -48,9 +47,7 @@ inline bool Aligned16(const void* pointer) {
 
 // silu(g) = g / (1 + exp(-g)) in float32 with IEEE ends, as the CPU slots:
 // g << 0 gives g / inf = -0, silu(-inf) = -inf / inf = NaN, silu(inf) = inf.
-__device__ __forceinline__ float Silu(float g) {
-  return g / (1.0f + expf(-g));
-}
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 
 // The element offsets of K operands at each position of an iteration space
 // (its row-major order), usable on the device: a kernel parameter copied
@@ -157,8 +154,8 @@ struct BinaryMapPlan {
 };
 
 template <typename N, int kWidth, typename Fn>
-__global__ void BinaryRowsKernel(N* out, const N* a, const N* b,
-                                 RowMap<3> rows, int64_t inner, Fn fn) {
+__global__ void BinaryRowsKernel(N* out, const N* a, const N* b, RowMap<3> rows,
+                                 int64_t inner, Fn fn) {
   const int64_t column =
       (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kWidth;
   if (column >= inner) return;
@@ -196,8 +193,9 @@ void LaunchBinaryMap(const BinaryMapPlan& plan, N* out, const N* a, const N* b,
   if (!plan.rows) {
     const int64_t blocks = std::min<int64_t>(
         (plan.map.count + kThreads - 1) / kThreads, int64_t{1} << 20);
-    BinaryStridedKernel<N><<<static_cast<unsigned>(blocks), kThreads, 0,
-                             stream>>>(out, a, b, plan.map, fn);
+    BinaryStridedKernel<N>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out, a, b,
+                                                                 plan.map, fn);
     CheckLaunch(op);
     return;
   }

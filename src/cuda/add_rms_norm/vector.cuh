@@ -18,8 +18,8 @@ namespace cuda {
 // and y_out may each be x1 or x2 (vLLM's in-place residual).
 template <typename N, int kWidth>
 __global__ void AddRmsNormKernel(N* y_out, N* x_out, const N* x1, const N* x2,
-                                 const N* gamma, RowMap<4> rows,
-                                 int64_t hidden, float eps) {
+                                 const N* gamma, RowMap<4> rows, int64_t hidden,
+                                 float eps) {
   __shared__ float shared[32];
   for (int64_t row = blockIdx.x; row < rows.count; row += gridDim.x) {
     int64_t at[4];
@@ -44,8 +44,7 @@ __global__ void AddRmsNormKernel(N* y_out, N* x_out, const N* x1, const N* x2,
       *reinterpret_cast<Pack<N, kWidth>*>(x + i) = pack;
     }
     sum = BlockSum(sum, shared);
-    const float scale =
-        1.0f / sqrtf(sum / static_cast<float>(hidden) + eps);
+    const float scale = 1.0f / sqrtf(sum / static_cast<float>(hidden) + eps);
     for (int64_t i = threadIdx.x * kWidth; i < hidden;
          i += blockDim.x * kWidth) {
       float v[kWidth], w[kWidth];
@@ -69,8 +68,7 @@ class Operator<AddRmsNorm, Device::Type::kCuda, 0> : public AddRmsNorm {
   static constexpr const char* kImplementationName = "vector";
 
   Operator(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
-           double eps = 1e-6,
-           const std::optional<Tensor>& y_out = std::nullopt,
+           double eps = 1e-6, const std::optional<Tensor>& y_out = std::nullopt,
            const std::optional<Tensor>& x_out = std::nullopt)
       : AddRmsNorm(x1, x2, gamma, eps, y_out, x_out),
         map_(cuda::RowMap<4>::Of(rows_, rows_.ndim)) {
@@ -101,8 +99,8 @@ class Operator<AddRmsNorm, Device::Type::kCuda, 0> : public AddRmsNorm {
           const float eps_f = static_cast<float>(eps);
           if (packed) {
             cuda::AddRmsNormKernel<N, cuda::kPackWidth<N>>
-                <<<blocks, threads_, 0, stream>>>(y, x, a, b, g, map_,
-                                                  hidden_, eps_f);
+                <<<blocks, threads_, 0, stream>>>(y, x, a, b, g, map_, hidden_,
+                                                  eps_f);
           } else {
             cuda::AddRmsNormKernel<N, 1><<<blocks, threads_, 0, stream>>>(
                 y, x, a, b, g, map_, hidden_, eps_f);

@@ -76,8 +76,7 @@ __global__ void CausalSoftmaxKernel(N* out, const N* input, RowMap<2> rows,
     // then the tail past the last whole pack.
     const int64_t rounded = (visible + kWidth - 1) / kWidth * kWidth;
     const int64_t pack_begin = rounded < keys ? rounded : keys;
-    const int64_t pack_end =
-        pack_begin + (keys - pack_begin) / kWidth * kWidth;
+    const int64_t pack_end = pack_begin + (keys - pack_begin) / kWidth * kWidth;
     for (int64_t i = visible + threadIdx.x; i < pack_begin; i += blockDim.x) {
       y[i] = FromFloat<N>(0.0f);
     }
@@ -126,11 +125,10 @@ class Operator<CausalSoftmax, Device::Type::kCuda, 0> : public CausalSoftmax {
           const unsigned blocks = cuda::RowBlocks(map_.count);
           if (packed) {
             cuda::CausalSoftmaxKernel<N, cuda::kPackWidth<N>>
-                <<<blocks, threads_, 0, stream>>>(y, x, map_, queries_,
-                                                  keys_);
+                <<<blocks, threads_, 0, stream>>>(y, x, map_, queries_, keys_);
           } else {
-            cuda::CausalSoftmaxKernel<N, 1><<<blocks, threads_, 0, stream>>>(
-                y, x, map_, queries_, keys_);
+            cuda::CausalSoftmaxKernel<N, 1>
+                <<<blocks, threads_, 0, stream>>>(y, x, map_, queries_, keys_);
           }
           cuda::CheckLaunch("polyops.causal_softmax");
         });

@@ -32,8 +32,7 @@ class Operator<Swiglu, Device::Type::kCuda, 0> : public Swiglu {
       : Swiglu(input, gate, out),
         plan_(cuda::BinaryMapPlan::Make(layout_, input.element_size())) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& gate,
+  void operator()(const Handle& handle, const Tensor& input, const Tensor& gate,
                   const std::optional<Tensor>& out) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.swiglu", [&](auto tag) {
