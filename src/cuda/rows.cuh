@@ -47,7 +47,19 @@ inline bool Aligned16(const void* pointer) {
 
 // silu(g) = g / (1 + exp(-g)) in float32 with IEEE ends, as the CPU slots:
 // g << 0 gives g / inf = -0, silu(-inf) = -inf / inf = NaN, silu(inf) = inf.
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+// __fdiv_rn keeps the division IEEE even under --use_fast_math.
+__device__ __forceinline__ float Silu(float g) {
+  return __fdiv_rn(g, 1.0f + expf(-g));
+}
+
+// 1 / sqrt(mean + eps) as the CPU slots compute it, IEEE-rounded at each
+// step whatever the compiler flags (rsqrtf would differ in the last bits).
+__device__ __forceinline__ float InverseRms(float sum_of_squares,
+                                            int64_t hidden, float eps) {
+  return __fdiv_rn(
+      1.0f,
+      __fsqrt_rn(__fdiv_rn(sum_of_squares, static_cast<float>(hidden)) + eps));
+}
 
 // The element offsets of K operands at each position of an iteration space
 // (its row-major order), usable on the device: a kernel parameter copied
@@ -75,9 +87,11 @@ struct RowMap {
   }
 
   // Whether every position of every operand starts a whole number of
-  // `width`-element packs after the operand's first.
+  // `width`-element packs after the operand's first. A dim of size 1 never
+  // moves (ElementwiseLayout gives a single row the stride 1).
   bool StridesMultipleOf(int64_t width) const {
     for (int d = 0; d < ndim; ++d) {
+      if (shape[d] == 1) continue;
       for (int k = 0; k < K; ++k) {
         if (strides[k][d] % width != 0) return false;
       }

@@ -44,7 +44,7 @@ __global__ void AddRmsNormKernel(N* y_out, N* x_out, const N* x1, const N* x2,
       *reinterpret_cast<Pack<N, kWidth>*>(x + i) = pack;
     }
     sum = BlockSum(sum, shared);
-    const float scale = 1.0f / sqrtf(sum / static_cast<float>(hidden) + eps);
+    const float scale = InverseRms(sum, hidden, eps);
     for (int64_t i = threadIdx.x * kWidth; i < hidden;
          i += blockDim.x * kWidth) {
       float v[kWidth], w[kWidth];

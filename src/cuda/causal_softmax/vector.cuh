@@ -58,7 +58,7 @@ __global__ void CausalSoftmaxKernel(N* out, const N* input, RowMap<2> rows,
       sum += expf(ToFloat(x[i]) - max);
     }
     sum = BlockSum(sum, shared);
-    const float inverse = 1.0f / sum;
+    const float inverse = __fdiv_rn(1.0f, sum);
 
     // Write: the same packs and tail elements as the passes above (so each
     // thread reads only what it then overwrites), zeros for masked keys.

@@ -32,7 +32,7 @@ __global__ void RmsNormKernel(N* out, const N* input, const N* weight,
       for (int j = 0; j < kWidth; ++j) sum += v[j] * v[j];
     }
     sum = BlockSum(sum, shared);
-    const float scale = 1.0f / sqrtf(sum / static_cast<float>(hidden) + eps);
+    const float scale = InverseRms(sum, hidden, eps);
     for (int64_t i = threadIdx.x * kWidth; i < hidden;
          i += blockDim.x * kWidth) {
       float v[kWidth], w[kWidth];
