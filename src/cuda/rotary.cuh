@@ -34,8 +34,9 @@ struct RotaryTable {
 // table then and writes NaN to that token's rotary dims instead (never an
 // out-of-bounds access, never a plausible-looking wrong result).
 template <typename N, typename C>
-__global__ void RotaryKernel(RotaryGeometry g, const N* query, N* query_out,
-                             const N* key, N* key_out, RotaryTable<C> table) {
+__global__ void __launch_bounds__(512)
+    RotaryKernel(RotaryGeometry g, const N* query, N* query_out, const N* key,
+                 N* key_out, RotaryTable<C> table) {
   const int half = static_cast<int>(g.rotary_dim / 2);
   const int query_heads = static_cast<int>(g.query.heads);
   const int heads =

@@ -168,8 +168,9 @@ struct BinaryMapPlan {
 };
 
 template <typename N, int kWidth, typename Fn>
-__global__ void BinaryRowsKernel(N* out, const N* a, const N* b, RowMap<3> rows,
-                                 int64_t inner, Fn fn) {
+__global__ void __launch_bounds__(256)
+    BinaryRowsKernel(N* out, const N* a, const N* b, RowMap<3> rows,
+                     int64_t inner, Fn fn) {
   const int64_t column =
       (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kWidth;
   if (column >= inner) return;
@@ -186,8 +187,8 @@ __global__ void BinaryRowsKernel(N* out, const N* a, const N* b, RowMap<3> rows,
 }
 
 template <typename N, typename Fn>
-__global__ void BinaryStridedKernel(N* out, const N* a, const N* b,
-                                    RowMap<3> map, Fn fn) {
+__global__ void __launch_bounds__(256)
+    BinaryStridedKernel(N* out, const N* a, const N* b, RowMap<3> map, Fn fn) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < map.count; i += step) {

@@ -37,6 +37,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(threads)
 
 using cudaStream_t = void*;
 using cudaError_t = int;

@@ -17,9 +17,10 @@ namespace cuda {
 // touched by one thread only, and x1/x2 are not read after pass 1, so x_out
 // and y_out may each be x1 or x2 (vLLM's in-place residual).
 template <typename N, int kWidth>
-__global__ void AddRmsNormKernel(N* y_out, N* x_out, const N* x1, const N* x2,
-                                 const N* gamma, RowMap<4> rows, int64_t hidden,
-                                 float eps) {
+__global__ void __launch_bounds__(1024)
+    AddRmsNormKernel(N* y_out, N* x_out, const N* x1, const N* x2,
+                     const N* gamma, RowMap<4> rows, int64_t hidden,
+                     float eps) {
   __shared__ float shared[32];
   for (int64_t row = blockIdx.x; row < rows.count; row += gridDim.x) {
     int64_t at[4];

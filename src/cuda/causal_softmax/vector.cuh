@@ -21,8 +21,9 @@ namespace cuda {
 // every element is read and then written by one thread, after the
 // reductions.
 template <typename N, int kWidth>
-__global__ void CausalSoftmaxKernel(N* out, const N* input, RowMap<2> rows,
-                                    int64_t queries, int64_t keys) {
+__global__ void __launch_bounds__(1024)
+    CausalSoftmaxKernel(N* out, const N* input, RowMap<2> rows, int64_t queries,
+                        int64_t keys) {
   __shared__ float shared[32];
   for (int64_t row = blockIdx.x; row < rows.count; row += gridDim.x) {
     int64_t at[2];

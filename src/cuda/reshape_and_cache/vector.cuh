@@ -36,9 +36,9 @@ struct CacheCopy {
 // raises ValueError): the token is skipped, so nothing is written out of
 // bounds.
 template <typename U>
-__global__ void ReshapeAndCacheKernel(const U* key, const U* value,
-                                      U* key_cache, U* value_cache,
-                                      CacheCopy c) {
+__global__ void __launch_bounds__(512)
+    ReshapeAndCacheKernel(const U* key, const U* value, U* key_cache,
+                          U* value_cache, CacheCopy c) {
   const int64_t units = c.heads * c.head_units;
   for (int64_t t = blockIdx.x; t < c.tokens; t += gridDim.x) {
     const int64_t at = t * c.slot_stride;

@@ -15,8 +15,9 @@ namespace cuda {
 // x * scale * w, the CPU slots' order of operations. Each element is read
 // and written by the same thread, so out may be input (in place).
 template <typename N, int kWidth>
-__global__ void RmsNormKernel(N* out, const N* input, const N* weight,
-                              RowMap<2> rows, int64_t hidden, float eps) {
+__global__ void __launch_bounds__(1024)
+    RmsNormKernel(N* out, const N* input, const N* weight, RowMap<2> rows,
+                  int64_t hidden, float eps) {
   __shared__ float shared[32];
   for (int64_t row = blockIdx.x; row < rows.count; row += gridDim.x) {
     int64_t at[2];
