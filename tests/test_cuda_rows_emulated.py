@@ -43,6 +43,7 @@ CXX = os.environ.get("CXX", "g++")
 
 #: Slot headers (and their shared headers) the driver includes.
 HEADERS = [
+    "cuda/elementwise.cuh",
     "cuda/rows.cuh",
     "cuda/rotary.cuh",
     "cuda/rms_norm/vector.cuh",

@@ -1,7 +1,8 @@
 // Building blocks of the row-wise CUDA slots (norms, activations, softmax,
-// rotary, KV-cache writes): 16-byte packs, row offsets computed on the
-// device from an ElementwiseLayout, launch geometry, and the two-input
-// activation map shared by swiglu and silu_and_mul.
+// rotary, KV-cache writes) on top of cuda/elementwise.cuh: loads and stores
+// of 16-byte vectors converted to float32, row offsets computed on the
+// device, launch geometry, and the two-input activation map shared by
+// swiglu and silu_and_mul.
 #ifndef POLYOPS_CUDA_ROWS_CUH_
 #define POLYOPS_CUDA_ROWS_CUH_
 
@@ -11,38 +12,26 @@
 #include "core/elementwise_layout.h"
 #include "core/tensor.h"
 #include "cuda/common.cuh"
+#include "cuda/elementwise.cuh"
 
 namespace polyops::cuda {
 
-// Elements of N in one 16-byte access.
-template <typename N>
-inline constexpr int kPackWidth = static_cast<int>(16 / sizeof(N));
-
-// kWidth consecutive elements moved by one access (16 bytes for
-// kPackWidth<N>, a plain scalar access for 1).
-template <typename N, int kWidth>
-struct alignas(sizeof(N) * kWidth) Pack {
-  N value[kWidth];
-};
-
+// kWidth consecutive elements (one 16-byte access for kVector16<N>, a plain
+// scalar access for 1) as float32.
 template <typename N, int kWidth>
 __device__ __forceinline__ void LoadFloats(const N* src, float (&out)[kWidth]) {
-  const Pack<N, kWidth> pack = *reinterpret_cast<const Pack<N, kWidth>*>(src);
+  const Vector<N, kWidth> v = *reinterpret_cast<const Vector<N, kWidth>*>(src);
 #pragma unroll
-  for (int j = 0; j < kWidth; ++j) out[j] = ToFloat(pack.value[j]);
+  for (int j = 0; j < kWidth; ++j) out[j] = ToFloat(v.values[j]);
 }
 
 template <typename N, int kWidth>
 __device__ __forceinline__ void StoreFloats(N* dst,
                                             const float (&values)[kWidth]) {
-  Pack<N, kWidth> pack;
+  Vector<N, kWidth> v;
 #pragma unroll
-  for (int j = 0; j < kWidth; ++j) pack.value[j] = FromFloat<N>(values[j]);
-  *reinterpret_cast<Pack<N, kWidth>*>(dst) = pack;
-}
-
-inline bool Aligned16(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+  for (int j = 0; j < kWidth; ++j) v.values[j] = FromFloat<N>(values[j]);
+  *reinterpret_cast<Vector<N, kWidth>*>(dst) = v;
 }
 
 // silu(g) = g / (1 + exp(-g)) in float32 with IEEE ends, as the CPU slots:
@@ -61,59 +50,46 @@ __device__ __forceinline__ float InverseRms(float sum_of_squares,
       __fsqrt_rn(__fdiv_rn(sum_of_squares, static_cast<float>(hidden)) + eps));
 }
 
-// The element offsets of K operands at each position of an iteration space
-// (its row-major order), usable on the device: a kernel parameter copied
-// from an ElementwiseLayout when the slot is constructed.
+// The rows of a layout: the operands' offsets of row r, for r < count, in
+// the row-major order of the layout's first `ndim` dims (a kernel
+// parameter, made when the slot is constructed).
 template <int K>
 struct RowMap {
-  int ndim = 0;  // 0: one position, every offset 0
-  int64_t shape[kMaxDims] = {};
-  int64_t strides[K][kMaxDims] = {};
-  int64_t count = 0;  // positions
+  StridedIndexer<K> dims;  // ndim 0: one row, every offset 0
+  int64_t count = 0;
 
   // The first `ndim` dims of `layout`: its rows when the last dim is left
   // out, every element when ndim == layout.ndim.
   static RowMap Of(const ElementwiseLayout<K>& layout, int ndim) {
+    ElementwiseLayout<K> leading = layout;
+    leading.ndim = ndim;
     RowMap map;
-    map.ndim = ndim;
-    map.count = 1;
-    for (int d = 0; d < ndim; ++d) {
-      map.shape[d] = layout.shape[d];
-      map.count *= layout.shape[d];
-      for (int k = 0; k < K; ++k) map.strides[k][d] = layout.strides[k][d];
-    }
-    if (layout.numel == 0) map.count = 0;
+    map.dims = StridedIndexer<K>::Make(leading);
+    map.count = layout.numel == 0 ? 0 : 1;
+    for (int d = 0; d < ndim; ++d) map.count *= layout.shape[d];
     return map;
   }
 
-  // Whether every position of every operand starts a whole number of
-  // `width`-element packs after the operand's first. A dim of size 1 never
+  // Whether every row of every operand starts a whole number of
+  // `width`-element vectors after the operand's first. A dim of size 1 never
   // moves (ElementwiseLayout gives a single row the stride 1).
   bool StridesMultipleOf(int64_t width) const {
-    for (int d = 0; d < ndim; ++d) {
-      if (shape[d] == 1) continue;
+    for (int d = 0; d < dims.ndim; ++d) {
+      if (dims.shape[d] == 1) continue;
       for (int k = 0; k < K; ++k) {
-        if (strides[k][d] % width != 0) return false;
+        if (dims.strides[k][d] % width != 0) return false;
       }
     }
     return true;
   }
 
-  __device__ __forceinline__ void Offsets(int64_t position,
-                                          int64_t (&at)[K]) const {
-    if (ndim == 1) {  // the common case: one division-free multiply
+  __device__ __forceinline__ void Offsets(int64_t row, int64_t (&at)[K]) const {
+    if (dims.ndim == 1) {  // the common case: no division
 #pragma unroll
-      for (int k = 0; k < K; ++k) at[k] = position * strides[k][0];
+      for (int k = 0; k < K; ++k) at[k] = row * dims.strides[k][0];
       return;
     }
-#pragma unroll
-    for (int k = 0; k < K; ++k) at[k] = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t index = position % shape[d];
-      position /= shape[d];
-#pragma unroll
-      for (int k = 0; k < K; ++k) at[k] += index * strides[k][d];
-    }
+    dims.Offsets(row, at);
   }
 };
 
@@ -140,17 +116,19 @@ inline unsigned RowBlocks(int64_t rows) {
 struct BinaryMapPlan {
   // Rows: the last dim has unit stride in every operand, so it runs
   // contiguously (2-D grid: x over the row, y over rows); `map` holds the
-  // leading dims. Otherwise every element computes its own offsets from
-  // `map`, which then holds all dims.
+  // leading dims. Otherwise every element computes its own offsets
+  // (LaunchStrided over `layout`).
   bool rows = false;
   int64_t inner = 1;
-  // 16-byte packs are possible when the pointers also are 16-byte aligned.
+  // 16-byte vectors are possible when the pointers also are 16-byte aligned.
   bool packable = false;
   RowMap<3> map;
+  ElementwiseLayout<3> layout;
 
   static BinaryMapPlan Make(const ElementwiseLayout<3>& layout,
                             int element_size) {
     BinaryMapPlan plan;
+    plan.layout = layout;
     const int last = layout.ndim - 1;
     plan.rows = layout.numel > 0 && layout.strides[0][last] == 1 &&
                 layout.strides[1][last] == 1 && layout.strides[2][last] == 1;
@@ -161,7 +139,7 @@ struct BinaryMapPlan {
       plan.packable =
           plan.inner % width == 0 && plan.map.StridesMultipleOf(width);
     } else {
-      plan.map = RowMap<3>::Of(layout, layout.ndim);
+      plan.map = RowMap<3>::Of(layout, layout.ndim);  // count = numel
     }
     return plan;
   }
@@ -186,43 +164,38 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// One element of the map at the operands' offsets (LaunchStrided's fn).
 template <typename N, typename Fn>
-__global__ void __launch_bounds__(256)
-    BinaryStridedKernel(N* out, const N* a, const N* b, RowMap<3> map, Fn fn) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < map.count; i += step) {
-    int64_t at[3];
-    map.Offsets(i, at);
+struct BinaryAt {
+  N* out;
+  const N* a;
+  const N* b;
+  Fn fn;
+  __device__ __forceinline__ void operator()(const int64_t (&at)[3]) const {
     out[at[0]] = FromFloat<N>(fn(ToFloat(a[at[1]]), ToFloat(b[at[2]])));
   }
-}
+};
 
 // Launches the map on `stream`. Each element is read and written by one
 // thread, so `out` may be exactly `a` or `b` (in place).
 template <typename N, typename Fn>
 void LaunchBinaryMap(const BinaryMapPlan& plan, N* out, const N* a, const N* b,
                      Fn fn, cudaStream_t stream, const char* op) {
-  constexpr int kThreads = 256;
+  constexpr int kThreads = kElementwiseThreads;
   if (plan.map.count == 0) return;
   if (!plan.rows) {
-    const int64_t blocks = std::min<int64_t>(
-        (plan.map.count + kThreads - 1) / kThreads, int64_t{1} << 20);
-    BinaryStridedKernel<N>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out, a, b,
-                                                                 plan.map, fn);
-    CheckLaunch(op);
+    LaunchStrided(plan.layout, stream, op, BinaryAt<N, Fn>{out, a, b, fn});
     return;
   }
   const bool packed =
       plan.packable && Aligned16(out) && Aligned16(a) && Aligned16(b);
-  const int width = packed ? kPackWidth<N> : 1;
+  const int width = packed ? kVector16<N> : 1;
   const int64_t threads_needed = plan.inner / width;
   const dim3 grid(
       static_cast<unsigned>((threads_needed + kThreads - 1) / kThreads),
       static_cast<unsigned>(std::min<int64_t>(plan.map.count, 65535)));
   if (packed) {
-    BinaryRowsKernel<N, kPackWidth<N>>
+    BinaryRowsKernel<N, kVector16<N>>
         <<<grid, kThreads, 0, stream>>>(out, a, b, plan.map, plan.inner, fn);
   } else {
     BinaryRowsKernel<N, 1>

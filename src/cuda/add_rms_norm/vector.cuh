@@ -35,14 +35,14 @@ __global__ void __launch_bounds__(1024)
       float u[kWidth], v[kWidth];
       LoadFloats<N, kWidth>(a + i, u);
       LoadFloats<N, kWidth>(b + i, v);
-      Pack<N, kWidth> pack;
+      Vector<N, kWidth> pack;
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) {
-        pack.value[j] = FromFloat<N>(u[j] + v[j]);
-        const float rounded = ToFloat(pack.value[j]);
+        pack.values[j] = FromFloat<N>(u[j] + v[j]);
+        const float rounded = ToFloat(pack.values[j]);
         sum += rounded * rounded;
       }
-      *reinterpret_cast<Pack<N, kWidth>*>(x + i) = pack;
+      *reinterpret_cast<Vector<N, kWidth>*>(x + i) = pack;
     }
     sum = BlockSum(sum, shared);
     const float scale = InverseRms(sum, hidden, eps);
@@ -99,7 +99,7 @@ class Operator<AddRmsNorm, Device::Type::kCuda, 0> : public AddRmsNorm {
           const unsigned blocks = cuda::RowBlocks(map_.count);
           const float eps_f = static_cast<float>(eps);
           if (packed) {
-            cuda::AddRmsNormKernel<N, cuda::kPackWidth<N>>
+            cuda::AddRmsNormKernel<N, cuda::kVector16<N>>
                 <<<blocks, threads_, 0, stream>>>(y, x, a, b, g, map_, hidden_,
                                                   eps_f);
           } else {

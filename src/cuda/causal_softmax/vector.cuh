@@ -125,7 +125,7 @@ class Operator<CausalSoftmax, Device::Type::kCuda, 0> : public CausalSoftmax {
           const cudaStream_t stream = cuda::StreamOf(handle);
           const unsigned blocks = cuda::RowBlocks(map_.count);
           if (packed) {
-            cuda::CausalSoftmaxKernel<N, cuda::kPackWidth<N>>
+            cuda::CausalSoftmaxKernel<N, cuda::kVector16<N>>
                 <<<blocks, threads_, 0, stream>>>(y, x, map_, queries_, keys_);
           } else {
             cuda::CausalSoftmaxKernel<N, 1>

@@ -82,7 +82,7 @@ class Operator<RmsNorm, Device::Type::kCuda, 0> : public RmsNorm {
           const unsigned blocks = cuda::RowBlocks(map_.count);
           const float eps_f = static_cast<float>(eps);
           if (packed) {
-            cuda::RmsNormKernel<N, cuda::kPackWidth<N>>
+            cuda::RmsNormKernel<N, cuda::kVector16<N>>
                 <<<blocks, threads_, 0, stream>>>(y, x, w, map_, hidden_,
                                                   eps_f);
           } else {
