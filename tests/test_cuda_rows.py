@@ -13,8 +13,9 @@ swiglu, silu_and_mul, causal_softmax, the rotary ops and reshape_and_cache
 * index tensors that cannot be checked on the host without a copy:
   out-of-range positions give NaN for that token, out-of-range slots are
   skipped, and nothing outside the outputs is written;
-* silu_and_mul's "vllm" slot (silu rounded to the dtype before the product);
-* capture in a CUDA graph after one warm-up call, and a non-default stream.
+* silu_and_mul's "vllm" slot (silu rounded to the dtype before the product).
+
+Graph capture and streams are tested for every op in tests/test_cuda.py.
 
 Every test skips, with the reason, where polyops has no CUDA device.
 """
@@ -222,115 +223,3 @@ def test_silu_and_mul_vllm_slot_rounds_silu_first(dtype, gen):
     expected = ref.silu_reference(x[..., :d]).to(dtype).double() * x[..., d:].double().cpu()
     got = polyops.silu_and_mul(x, implementation_index=_vllm_slot())
     assert_close(got.cpu(), expected, dtype)
-
-
-# ---------------------------------------------------------------------------
-# CUDA graphs and streams
-
-
-def _graph_calls(dtype, gen):
-    """(name, inputs, run, reference) per op: run(inputs) -> outputs (a tuple)."""
-    x = _randn((4, 512), dtype, gen)
-    x2 = _randn((4, 512), dtype, gen)
-    w = _randn((512,), dtype, gen)
-    scores = _randn((2, 16, 48), dtype, gen)
-    cache = _randn((32, 64), dtype, gen)
-    positions = torch.randint(0, 32, (4,), generator=gen).cuda()
-    query, key = _randn((4, 2 * 64), dtype, gen), _randn((4, 64), dtype, gen)
-    cos, sin = _randn((4, 32), dtype, gen), _randn((4, 32), dtype, gen)
-    kv = _randn((4, 2, 16), dtype, gen)
-    key_cache = torch.zeros((2, 4, 2, 16), dtype=dtype, device="cuda")
-    value_cache = torch.zeros_like(key_cache)
-    slots = torch.tensor([5, 0, -1, 7], device="cuda")
-    return [
-        ("rms_norm", (x, w), lambda a: (polyops.rms_norm(*a, 1e-6),), ref.rms_norm_reference),
-        (
-            "add_rms_norm",
-            (x, x2, w),
-            lambda a: polyops.add_rms_norm(*a, 1e-6),
-            ref.add_rms_norm_reference,
-        ),
-        ("swiglu", (x, x2), lambda a: (polyops.swiglu(*a),), ref.swiglu_reference),
-        ("silu_and_mul", (x,), lambda a: (polyops.silu_and_mul(*a),), ref.silu_and_mul_reference),
-        (
-            "causal_softmax",
-            (scores,),
-            lambda a: (polyops.causal_softmax(*a),),
-            ref.causal_softmax_reference,
-        ),
-        (
-            "rotary_embedding",
-            (positions, query, key, cache),
-            lambda a: polyops.rotary_embedding(
-                a[0],
-                a[1],
-                a[2],
-                64,
-                a[3],
-                True,
-                query_out=torch.empty_like(a[1]),
-                key_out=torch.empty_like(a[2]),
-            ),
-            lambda p, q, k, c: ref.rotary_embedding_reference(p, q, k, 64, c),
-        ),
-        (
-            "apply_rotary_pos_emb",
-            (query, key, cos, sin),
-            lambda a: polyops.apply_rotary_pos_emb(
-                *a, query_out=torch.empty_like(a[0]), key_out=torch.empty_like(a[1])
-            ),
-            lambda q, k, c, s: ref.apply_rotary_pos_emb_reference(q, k, c, s),
-        ),
-        (
-            "reshape_and_cache",
-            (kv, kv, key_cache, value_cache, slots),
-            lambda a: (polyops.reshape_and_cache(*a), a[2], a[3])[1:],
-            lambda k, v, kc, vc, s: ref.reshape_and_cache_reference(
-                k, v, torch.zeros_like(kc), torch.zeros_like(vc), s
-            ),
-        ),
-    ]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-def test_cuda_graph_capture_and_replay(dtype, gen):
-    """Each op after one warm-up call (cache miss) is captured and replayed on new data:
-    no host synchronization, allocation or device-to-host copy on the cache-hit path."""
-    for name, inputs, run, reference in _graph_calls(dtype, gen):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run(inputs)  # warm-up: constructs and caches the instance
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = run(inputs)
-        for tensor in inputs:  # new data in the captured input buffers
-            if tensor.is_floating_point() and tensor.data_ptr() not in (
-                o.data_ptr() for o in outputs
-            ):
-                tensor.copy_(torch.randn(tensor.shape, generator=gen).to(tensor.dtype))
-        graph.replay()
-        torch.cuda.synchronize()
-        expected = reference(*inputs)
-        expected = expected if isinstance(expected, tuple) else (expected,)
-        for got, want in zip(outputs, expected, strict=True):
-            if name == "reshape_and_cache":  # a copy: bit for bit
-                assert_equal(got.cpu(), want, msg=name)
-            else:
-                assert_close(got.cpu(), want, dtype, name)
-
-
-@pytest.mark.parametrize("dtype", [F16, F32], ids=dtype_id)
-def test_runs_on_the_current_stream(dtype, gen):
-    stream = torch.cuda.Stream()
-    x = _randn((64, 4096), dtype, gen, 2.0)
-    w = _randn((4096,), dtype, gen)
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        y = polyops.rms_norm(x, w, 1e-6)
-        z = polyops.silu_and_mul(y)
-    stream.synchronize()
-    expected_y = ref.rms_norm_reference(x, w)
-    assert_close(y.cpu(), expected_y, dtype)
-    assert_close(z.cpu(), ref.silu_and_mul_reference(y), dtype)
