@@ -1,0 +1,65 @@
+#ifndef POLYOPS_CUDA_APPLY_ROTARY_POS_EMB_TOKEN_CUH_
+#define POLYOPS_CUDA_APPLY_ROTARY_POS_EMB_TOKEN_CUH_
+
+#include "base/apply_rotary_pos_emb.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cuda/common.cuh"
+#include "cuda/rotary.cuh"
+
+namespace polyops {
+
+// Slot 0: rotary_embedding's kernel (cuda/rotary.cuh) with token t's cos and
+// sin taken from row t of cos and sin. Compiled, never executed on a GPU
+// yet.
+template <>
+class Operator<ApplyRotaryPosEmb, Device::Type::kCuda, 0>
+    : public ApplyRotaryPosEmb {
+ public:
+  static constexpr const char* kImplementationName = "token";
+
+  Operator(const Tensor& query, const std::optional<Tensor>& key,
+           const Tensor& cos, const Tensor& sin, bool is_neox_style = true,
+           const std::optional<Tensor>& query_out = std::nullopt,
+           const std::optional<Tensor>& key_out = std::nullopt)
+      : ApplyRotaryPosEmb(query, key, cos, sin, is_neox_style, query_out,
+                          key_out) {
+    cuda::CheckRotaryFits(geometry_, kName);
+  }
+
+  void operator()(const Handle& handle, const Tensor& query,
+                  const std::optional<Tensor>& key, const Tensor& cos,
+                  const Tensor& sin, bool,
+                  const std::optional<Tensor>& query_out,
+                  const std::optional<Tensor>& key_out) const override {
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(
+        dtype_, "polyops.apply_rotary_pos_emb", [&](auto tag) {
+          using N = cuda::NativeT<typename decltype(tag)::type>;
+          auto rotate = [&](auto table_tag) {
+            using C = cuda::NativeT<typename decltype(table_tag)::type>;
+            cuda::RotaryTable<C> table;
+            table.cos = static_cast<const C*>(cos.data());
+            table.sin = static_cast<const C*>(sin.data());
+            table.cos_stride = cos_stride_;
+            table.sin_stride = sin_stride_;
+            table.rows = geometry_.tokens;  // row t of each: always valid
+            cuda::LaunchRotary<N, C>(
+                geometry_, static_cast<const N*>(query.data()),
+                static_cast<N*>((query_out ? *query_out : query).data()),
+                key ? static_cast<const N*>(key->data()) : nullptr,
+                key ? static_cast<N*>((key_out ? *key_out : *key).data())
+                    : nullptr,
+                table, cuda::StreamOf(handle), "polyops.apply_rotary_pos_emb");
+          };
+          if (table_dtype_ == DataType::kFloat32) {
+            rotate(TypeTag<float>{});
+          } else {
+            rotate(tag);
+          }
+        });
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CUDA_APPLY_ROTARY_POS_EMB_TOKEN_CUH_
