@@ -1,0 +1,387 @@
+#ifndef POLYOPS_CUDA_TOPK_TOPP_SAMPLING_RADIX_CUH_
+#define POLYOPS_CUDA_TOPK_TOPP_SAMPLING_RADIX_CUH_
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "base/topk_topp_sampling.h"
+#include "core/dispatch.h"
+#include "core/operator.h"
+#include "cuda/common.cuh"
+#include "cuda/sampling.cuh"
+
+namespace polyops {
+namespace cuda {
+
+constexpr int kSamplingThreads = 512;
+constexpr int kSamplingWarps = kSamplingThreads / 32;
+
+// The per-row arguments, each a scalar for the batch or a strided tensor.
+struct SamplingArgs {
+  int64_t batch;
+  int64_t vocab;
+  int64_t row_stride;
+  const void* top_k;  // int32 or int64 [B], or null: top_k_scalar
+  bool top_k_int64;
+  int64_t top_k_stride;
+  int64_t top_k_scalar;  // in [1, V]
+  const float* top_p;    // float32 [B], or null: top_p_scalar
+  int64_t top_p_stride;
+  float top_p_scalar;
+  const float* uniform;  // float32 [B], or null: SplitMix64Uniform(seed, b)
+  int64_t uniform_stride;
+  int64_t seed;
+  int64_t* out;
+};
+
+struct SamplingShared {
+  uint32_t digits[256];  // histogram, then each digit's next output slot
+  uint32_t tile_digits[256];
+  uint32_t warp_digits[kSamplingWarps][256];
+  uint32_t warp_counts[kSamplingWarps];
+  uint32_t scalar[2];
+  uint32_t reduce[32];
+};
+
+__device__ __forceinline__ float SamplingValue(float value) {
+  return isnan(value) ? -INFINITY : value;
+}
+
+// Step 3's weight of a token with logit `value` in a row whose max is m.
+__device__ __forceinline__ float SamplingWeight(float value, float m) {
+  if (m == INFINITY) return value == INFINITY ? 1.0f : 0.0f;
+  if (m == -INFINITY) return 1.0f;
+  return SamplingExp(__fsub_rn(value, m));
+}
+
+__device__ __forceinline__ uint32_t BlockMinKey(uint32_t key,
+                                                SamplingShared& shared) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    key = min(key, __shfl_xor_sync(0xffffffffu, key, offset));
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) shared.reduce[threadIdx.x >> 5] = key;
+  __syncthreads();
+  key = 0xffffffffu;
+  for (int w = 0; w < kSamplingWarps; ++w) key = min(key, shared.reduce[w]);
+  return key;
+}
+
+// The k-th smallest (1-based) 32-bit key of the row: four passes of an
+// MSB-first radix select, one byte per pass, counted in shared memory.
+template <typename T>
+__device__ uint32_t SelectKthKey(const T* x, int64_t vocab, int64_t k,
+                                 SamplingShared& shared) {
+  uint32_t prefix = 0;
+  uint32_t prefix_mask = 0;
+  uint32_t rank = static_cast<uint32_t>(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) shared.digits[d] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const uint32_t key = DescendingKey(SamplingValue(ToFloat(x[i])));
+      if ((key & prefix_mask) == prefix) {
+        atomicAdd(&shared.digits[(key >> shift) & 0xffu], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t below = 0;
+      uint32_t digit = 255;
+      for (uint32_t d = 0; d < 256; ++d) {
+        if (below + shared.digits[d] >= rank) {
+          digit = d;
+          break;
+        }
+        below += shared.digits[d];
+      }
+      shared.scalar[0] = digit;
+      shared.scalar[1] = rank - below;
+    }
+    __syncthreads();
+    prefix |= shared.scalar[0] << shift;
+    prefix_mask |= 0xffu << shift;
+    rank = shared.scalar[1];
+  }
+  return prefix;
+}
+
+// Writes (key << 32 | id) of every token with key <= kth and a nonzero
+// weight to `keys`, in id order (a stable compaction); returns the count.
+// The zero-weight tokens dropped here sort after every kept one and add
+// nothing to the sums, so the sampled token never is one of them.
+template <typename T>
+__device__ uint32_t GatherCandidates(const T* x, int64_t vocab, uint32_t kth,
+                                     float m, uint64_t* keys,
+                                     SamplingShared& shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint32_t count = 0;
+  for (int64_t start = 0; start < vocab; start += blockDim.x) {
+    const int64_t i = start + threadIdx.x;
+    bool keep = false;
+    uint32_t key = 0;
+    if (i < vocab) {
+      const float value = SamplingValue(ToFloat(x[i]));
+      key = DescendingKey(value);
+      keep = key <= kth && SamplingWeight(FromDescendingKey(key), m) != 0.0f;
+    }
+    const uint32_t ballot = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0) shared.warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    uint32_t before = count;
+    for (int w = 0; w < warp; ++w) before += shared.warp_counts[w];
+    uint32_t total = count;
+    for (int w = 0; w < kSamplingWarps; ++w) total += shared.warp_counts[w];
+    if (keep) {
+      const uint32_t slot = before + __popc(ballot & ((1u << lane) - 1u));
+      keys[slot] =
+          (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(i);
+    }
+    count = total;
+    __syncthreads();  // warp_counts is rewritten by the next tile
+  }
+  return count;
+}
+
+// Sorts keys[0, n) ascending by their high 32 bits, stably (LSD radix, one
+// byte per pass, skipping bytes every key shares), through `spare`; returns
+// the buffer holding the result. Stability: within a tile, a key's slot is
+// its digit's count in earlier tiles, earlier warps and earlier lanes.
+__device__ uint64_t* RadixSortHighWord(uint64_t* keys, uint64_t* spare,
+                                       uint32_t n, SamplingShared& shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint64_t* src = keys;
+  uint64_t* dst = spare;
+  for (int shift = 32; shift < 64; shift += 8) {
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) shared.digits[d] = 0;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+      atomicAdd(&shared.digits[(src[i] >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t offset = 0;
+      bool shared_digit = false;
+      for (int d = 0; d < 256; ++d) {
+        const uint32_t size = shared.digits[d];
+        shared_digit = shared_digit || size == n;
+        shared.digits[d] = offset;
+        offset += size;
+      }
+      shared.scalar[0] = shared_digit ? 1u : 0u;
+    }
+    __syncthreads();
+    if (shared.scalar[0] != 0) continue;  // uniform across the block
+    for (uint32_t start = 0; start < n; start += blockDim.x) {
+      const uint32_t i = start + threadIdx.x;
+      const bool valid = i < n;
+      const uint64_t key = valid ? src[i] : 0;
+      // Lanes past the end get digit 256, a group of their own.
+      const uint32_t digit =
+          valid ? static_cast<uint32_t>((key >> shift) & 0xffu) : 256u;
+      const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+      const uint32_t lane_rank = __popc(peers & ((1u << lane) - 1u));
+      for (int j = threadIdx.x; j < kSamplingWarps * 256; j += blockDim.x) {
+        shared.warp_digits[j / 256][j % 256] = 0;
+      }
+      __syncthreads();
+      if (valid && lane == __ffs(peers) - 1) {
+        shared.warp_digits[warp][digit] = __popc(peers);
+      }
+      __syncthreads();
+      // Exclusive prefix over the warps, per digit.
+      for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+        uint32_t running = 0;
+        for (int w = 0; w < kSamplingWarps; ++w) {
+          const uint32_t size = shared.warp_digits[w][d];
+          shared.warp_digits[w][d] = running;
+          running += size;
+        }
+        shared.tile_digits[d] = running;
+      }
+      __syncthreads();
+      if (valid) {
+        dst[shared.digits[digit] + shared.warp_digits[warp][digit] +
+            lane_rank] = key;
+      }
+      __syncthreads();
+      for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+        shared.digits[d] += shared.tile_digits[d];
+      }
+      __syncthreads();
+    }
+    uint64_t* swap = src;
+    src = dst;
+    dst = swap;
+  }
+  return src;
+}
+
+// One block per row (grid-strided over the batch), `scratch` holding 2 * V
+// uint64 per block. Steps as in base/topk_topp_sampling.h; the three
+// order-sensitive float32 sums run sequentially in thread 0, the same
+// operations in the same order as the CPU slot.
+template <typename T>
+__global__ void __launch_bounds__(kSamplingThreads)
+    SampleRows(const T* logits, SamplingArgs args, uint64_t* scratch) {
+  __shared__ SamplingShared shared;
+  uint64_t* keys = scratch + blockIdx.x * 2 * args.vocab;
+  uint64_t* spare = keys + args.vocab;
+  for (int64_t b = blockIdx.x; b < args.batch; b += gridDim.x) {
+    const T* x = logits + b * args.row_stride;
+    int64_t k = args.top_k_scalar;
+    if (args.top_k != nullptr) {
+      const int64_t at = b * args.top_k_stride;
+      k = args.top_k_int64 ? static_cast<const int64_t*>(args.top_k)[at]
+                           : static_cast<const int32_t*>(args.top_k)[at];
+      if (k <= 0 || k >= args.vocab) k = args.vocab;
+    }
+    const float p = args.top_p != nullptr ? args.top_p[b * args.top_p_stride]
+                                          : args.top_p_scalar;
+    const float u = args.uniform != nullptr
+                        ? args.uniform[b * args.uniform_stride]
+                        : SplitMix64Uniform(args.seed, b);
+    // Out-of-range values cannot raise from the device without a host
+    // synchronization: the row gets the impossible token -1 instead.
+    if (!(p > 0.0f && p <= 1.0f) || !(u >= 0.0f && u < 1.0f)) {
+      if (threadIdx.x == 0) args.out[b] = -1;
+      continue;  // uniform across the block
+    }
+
+    uint32_t min_key = 0xffffffffu;
+    for (int64_t i = threadIdx.x; i < args.vocab; i += blockDim.x) {
+      min_key = min(min_key, DescendingKey(SamplingValue(ToFloat(x[i]))));
+    }
+    min_key = BlockMinKey(min_key, shared);
+    const float m = FromDescendingKey(min_key);
+    const uint32_t kth =
+        k < args.vocab ? SelectKthKey(x, args.vocab, k, shared) : 0xffffffffu;
+    const uint32_t n = GatherCandidates(x, args.vocab, kth, m, keys, shared);
+    const uint64_t* sorted = RadixSortHighWord(keys, spare, n, shared);
+    float* weights = reinterpret_cast<float*>(sorted == keys ? spare : keys);
+    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+      weights[j] = SamplingWeight(
+          FromDescendingKey(static_cast<uint32_t>(sorted[j] >> 32)), m);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && n == 0) {
+      // Unreachable: the row's max has weight 1 and a key <= kth.
+      args.out[b] = -1;
+    } else if (threadIdx.x == 0) {
+      float total = 0.0f;
+      for (uint32_t j = 0; j < n; ++j) total = __fadd_rn(total, weights[j]);
+      uint32_t prefix = n;
+      float prefix_mass = total;
+      if (p < 1.0f) {
+        const float threshold = __fmul_rn(p, total);
+        float cumulative = 0.0f;
+        for (uint32_t j = 0; j < n; ++j) {
+          cumulative = __fadd_rn(cumulative, weights[j]);
+          if (cumulative >= threshold) {
+            prefix = j + 1;
+            prefix_mass = cumulative;
+            break;
+          }
+        }
+      }
+      const float target = __fmul_rn(u, prefix_mass);
+      float cumulative = 0.0f;
+      uint32_t chosen = prefix - 1;
+      for (uint32_t j = 0; j < prefix; ++j) {
+        cumulative = __fadd_rn(cumulative, weights[j]);
+        if (cumulative > target || cumulative == prefix_mass) {
+          chosen = j;
+          break;
+        }
+      }
+      args.out[b] = static_cast<int64_t>(sorted[chosen] & 0xffffffffull);
+    }
+    __syncthreads();  // the next row reuses keys, spare and shared
+  }
+}
+
+}  // namespace cuda
+
+// Slot 0: one 512-thread block per row: a radix select of the top_k-th
+// (logit, id) key, a stable compaction of the tokens that can be drawn, a
+// stable block radix sort of them, then the base header's float32 sums in
+// one thread, bit for bit the CPU slot's. Scratch: 16 bytes per vocabulary
+// entry per row in flight, from cuda::Workspace.
+template <>
+class Operator<TopkToppSampling, Device::Type::kCuda, 0>
+    : public TopkToppSampling {
+ public:
+  static constexpr const char* kImplementationName = "radix";
+
+  Operator(const Tensor& logits, const ScalarOrTensor& top_k,
+           const ScalarOrTensor& top_p, const std::optional<Tensor>& uniform,
+           std::optional<int64_t> seed, const std::optional<Tensor>& out)
+      : TopkToppSampling(logits, top_k, top_p, uniform, seed, out) {
+    if (batch_ == 0) return;
+    int device = 0;
+    int sms = 0;
+    cuda::Check(cudaGetDevice(&device), kName, "reading the current device");
+    cuda::Check(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        kName, "reading the SM count");
+    // Rows in flight: enough blocks to fill the GPU, within 256 MiB of
+    // scratch (a 256k vocabulary: 64 rows at a time).
+    constexpr int64_t kScratchBudget = int64_t{256} << 20;
+    const int64_t per_row = 2 * vocab_ * static_cast<int64_t>(sizeof(uint64_t));
+    const int64_t by_memory = std::max<int64_t>(1, kScratchBudget / per_row);
+    blocks_ = std::min({batch_, by_memory, int64_t{4} * std::max(sms, 1)});
+    scratch_bytes_ = static_cast<size_t>(blocks_ * per_row);
+  }
+
+  void operator()(const Handle& handle, const Tensor& logits,
+                  const ScalarOrTensor& top_k, const ScalarOrTensor& top_p,
+                  const std::optional<Tensor>& uniform,
+                  std::optional<int64_t> seed,
+                  const std::optional<Tensor>& out) const override {
+    if (batch_ == 0) return;
+    cuda::SamplingArgs args{};
+    args.batch = batch_;
+    args.vocab = vocab_;
+    args.row_stride = row_stride_;
+    args.top_k_scalar = top_k_;
+    if (top_k.tensor) {
+      args.top_k = top_k.tensor->data();
+      args.top_k_int64 = top_k.tensor->dtype() == DataType::kInt64;
+      args.top_k_stride = top_k.tensor->stride(0);
+    }
+    args.top_p_scalar = top_p_;
+    if (top_p.tensor) {
+      args.top_p = top_p.tensor->data_as<float>();
+      args.top_p_stride = top_p.tensor->stride(0);
+    }
+    if (uniform) {
+      args.uniform = uniform->data_as<float>();
+      args.uniform_stride = uniform->stride(0);
+    } else {
+      args.seed = *seed;
+    }
+    args.out = out->data_as<int64_t>();
+    cuda::Workspace scratch(handle, scratch_bytes_, kName);
+    const cudaStream_t stream = cuda::StreamOf(handle);
+    DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype_, kName, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::SampleRows<<<static_cast<unsigned>(blocks_), cuda::kSamplingThreads,
+                         0, stream>>>(
+          reinterpret_cast<const cuda::NativeT<T>*>(logits.data_as<T>()), args,
+          static_cast<uint64_t*>(scratch.data()));
+    });
+    cuda::CheckLaunch(kName);
+  }
+
+ private:
+  int64_t blocks_ = 0;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CUDA_TOPK_TOPP_SAMPLING_RADIX_CUH_
