@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
-#include <string>
+#include <optional>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -371,11 +371,14 @@ void BlasGemm::RunLt(const Handle& handle, const void* first,
   const cublasLtMatmulAlgo_t& algo =
       aligned ? lt_->aligned_algo : lt_->any_algo;
   const size_t bytes = aligned ? lt_->aligned_workspace : lt_->any_workspace;
-  Workspace workspace(handle, bytes, op_);
+  // Most algorithms need no workspace: then none is taken.
+  std::optional<Workspace> workspace;
+  if (bytes > 0) workspace.emplace(handle, bytes, op_);
   CheckBlas(cublasLtMatmul(CublasLtHandle(handle.device.index, op_), lt_->desc,
                            &alpha_, first, lt_->first, second, lt_->second,
                            &beta, out, lt_->out, out, lt_->out, &algo,
-                           workspace.data(), bytes, StreamOf(handle)),
+                           workspace ? workspace->data() : nullptr, bytes,
+                           StreamOf(handle)),
             op_, "cublasLtMatmul");
 }
 

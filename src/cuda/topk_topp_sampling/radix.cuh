@@ -16,6 +16,8 @@ namespace cuda {
 
 constexpr int kSamplingThreads = 512;
 constexpr int kSamplingWarps = kSamplingThreads / 32;
+// Weights staged per step of the sequential sums (16 KiB of shared memory).
+constexpr int kSamplingChunk = 4096;
 
 // The per-row arguments, each a scalar for the batch or a strided tensor.
 struct SamplingArgs {
@@ -42,6 +44,7 @@ struct SamplingShared {
   uint32_t warp_counts[kSamplingWarps];
   uint32_t scalar[2];
   uint32_t reduce[32];
+  float chunk[kSamplingChunk];
 };
 
 __device__ __forceinline__ float SamplingValue(float value) {
@@ -221,6 +224,33 @@ __device__ uint64_t* RadixSortHighWord(uint64_t* keys, uint64_t* spare,
   return src;
 }
 
+// Calls visit(j, w_j) in thread 0 for j = 0, 1, ... < n in order until it
+// returns true, the weights computed by the whole block into shared memory
+// a chunk at a time (the sequential float32 sums cannot be split, but their
+// inputs can be staged). Every thread of the block must call it.
+template <typename WeightAt, typename Visit>
+__device__ void VisitInOrder(uint32_t n, const WeightAt& weight_at,
+                             SamplingShared& shared, Visit&& visit) {
+  for (uint32_t start = 0; start < n; start += kSamplingChunk) {
+    const uint32_t size = min(static_cast<uint32_t>(kSamplingChunk), n - start);
+    for (uint32_t j = threadIdx.x; j < size; j += blockDim.x) {
+      shared.chunk[j] = weight_at(start + j);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      bool stop = false;
+      for (uint32_t j = 0; j < size && !stop; ++j) {
+        stop = visit(start + j, shared.chunk[j]);
+      }
+      shared.scalar[0] = stop ? 1u : 0u;
+    }
+    __syncthreads();
+    // Read before thread 0 can rewrite it: that needs the next chunk's
+    // barrier, which every thread reaches only after this read.
+    if (shared.scalar[0] != 0) break;
+  }
+}
+
 // One block per row (grid-strided over the batch), `scratch` holding 2 * V
 // uint64 per block. Steps as in base/topk_topp_sampling.h; the three
 // order-sensitive float32 sums run sequentially in thread 0, the same
@@ -262,43 +292,50 @@ __global__ void __launch_bounds__(kSamplingThreads)
         k < args.vocab ? SelectKthKey(x, args.vocab, k, shared) : 0xffffffffu;
     const uint32_t n = GatherCandidates(x, args.vocab, kth, m, keys, shared);
     const uint64_t* sorted = RadixSortHighWord(keys, spare, n, shared);
-    float* weights = reinterpret_cast<float*>(sorted == keys ? spare : keys);
-    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-      weights[j] = SamplingWeight(
+    // n >= 1: the row's max has weight 1 and a key <= kth.
+    const auto weight_at = [&](uint32_t j) {
+      return SamplingWeight(
           FromDescendingKey(static_cast<uint32_t>(sorted[j] >> 32)), m);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && n == 0) {
-      // Unreachable: the row's max has weight 1 and a key <= kth.
-      args.out[b] = -1;
-    } else if (threadIdx.x == 0) {
-      float total = 0.0f;
-      for (uint32_t j = 0; j < n; ++j) total = __fadd_rn(total, weights[j]);
-      uint32_t prefix = n;
-      float prefix_mass = total;
-      if (p < 1.0f) {
-        const float threshold = __fmul_rn(p, total);
-        float cumulative = 0.0f;
-        for (uint32_t j = 0; j < n; ++j) {
-          cumulative = __fadd_rn(cumulative, weights[j]);
-          if (cumulative >= threshold) {
-            prefix = j + 1;
-            prefix_mass = cumulative;
-            break;
-          }
-        }
-      }
-      const float target = __fmul_rn(u, prefix_mass);
+    };
+    // The three sums of steps 4-6, in thread 0 only (the other threads'
+    // copies of these variables are unused).
+    float total = 0.0f;
+    VisitInOrder(n, weight_at, shared, [&](uint32_t, float w) {
+      total = __fadd_rn(total, w);
+      return false;
+    });
+    uint32_t prefix = n;
+    float prefix_mass = total;
+    if (p < 1.0f) {
+      const float threshold = __fmul_rn(p, total);
       float cumulative = 0.0f;
-      uint32_t chosen = prefix - 1;
-      for (uint32_t j = 0; j < prefix; ++j) {
-        cumulative = __fadd_rn(cumulative, weights[j]);
-        if (cumulative > target || cumulative == prefix_mass) {
-          chosen = j;
-          break;
-        }
-      }
-      args.out[b] = static_cast<int64_t>(sorted[chosen] & 0xffffffffull);
+      VisitInOrder(n, weight_at, shared, [&](uint32_t j, float w) {
+        cumulative = __fadd_rn(cumulative, w);
+        if (cumulative < threshold) return false;
+        prefix = j + 1;
+        prefix_mass = cumulative;
+        return true;
+      });
+    }
+    // Block-uniform again: prefix only bounds the visit in thread 0.
+    const float target = __fmul_rn(u, prefix_mass);
+    float cumulative = 0.0f;
+    uint32_t chosen = 0;
+    bool found = false;
+    VisitInOrder(n, weight_at, shared, [&](uint32_t j, float w) {
+      if (j >= prefix) return true;
+      cumulative = __fadd_rn(cumulative, w);
+      chosen = j;
+      found = cumulative > target || cumulative == prefix_mass;
+      return found;
+    });
+    if (threadIdx.x == 0) {
+      // The visit always stops at the prefix's last token at the latest
+      // (there C == prefix_mass); `chosen` is prefix - 1 otherwise anyway.
+      if (!found) chosen = prefix - 1;
+      // n == 0 cannot happen (see above); the guard keeps the read in bounds.
+      args.out[b] =
+          n == 0 ? -1 : static_cast<int64_t>(sorted[chosen] & 0xffffffffull);
     }
     __syncthreads();  // the next row reuses keys, spare and shared
   }
