@@ -1,3 +1,6 @@
+// Compiled only where cuBLAS was found (POLYOPS_WITH_CUBLAS, docs/cuda.md).
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <algorithm>
 #include <limits>
 #include <mutex>
@@ -408,3 +411,5 @@ void BlasGemm::RunCublas(const Handle& handle, const void* first,
 }
 
 }  // namespace polyops::cuda
+
+#endif  // POLYOPS_WITH_CUBLAS

@@ -5,6 +5,10 @@
 #ifndef POLYOPS_CUDA_BLAS_H_
 #define POLYOPS_CUDA_BLAS_H_
 
+// Absent from a build without cuBLAS headers (docs/cuda.md, "cuBLAS /
+// cuBLASLt"): POLYOPS_WITH_CUBLAS is then undefined.
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -79,5 +83,7 @@ class BlasGemm {
 };
 
 }  // namespace polyops::cuda
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_BLAS_H_

@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CUDA_GEMM_CUBLAS_CUH_
 #define POLYOPS_CUDA_GEMM_CUBLAS_CUH_
 
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <optional>
 
 #include "base/gemm.h"
@@ -28,5 +30,7 @@ class Operator<Gemm, Device::Type::kCuda, 1> : public Gemm {
 };
 
 }  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_GEMM_CUBLAS_CUH_

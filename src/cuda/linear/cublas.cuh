@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CUDA_LINEAR_CUBLAS_CUH_
 #define POLYOPS_CUDA_LINEAR_CUBLAS_CUH_
 
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <optional>
 
 #include "base/linear.h"
@@ -29,5 +31,7 @@ class Operator<Linear, Device::Type::kCuda, 1> : public Linear {
 };
 
 }  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_LINEAR_CUBLAS_CUH_

@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_
 #define POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_
 
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <optional>
 
 #include "base/linear.h"
@@ -35,5 +37,7 @@ struct DefaultImplementation<Linear, Device::Type::kCuda> {
 };
 
 }  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_

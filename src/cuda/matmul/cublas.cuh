@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CUDA_MATMUL_CUBLAS_CUH_
 #define POLYOPS_CUDA_MATMUL_CUBLAS_CUH_
 
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <optional>
 
 #include "base/matmul.h"
@@ -28,5 +30,7 @@ class Operator<Matmul, Device::Type::kCuda, 1> : public Matmul {
 };
 
 }  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_MATMUL_CUBLAS_CUH_

@@ -1,6 +1,8 @@
 #ifndef POLYOPS_CUDA_MATMUL_CUBLASLT_CUH_
 #define POLYOPS_CUDA_MATMUL_CUBLASLT_CUH_
 
+#ifdef POLYOPS_WITH_CUBLAS
+
 #include <optional>
 
 #include "base/matmul.h"
@@ -34,5 +36,7 @@ struct DefaultImplementation<Matmul, Device::Type::kCuda> {
 };
 
 }  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
 
 #endif  // POLYOPS_CUDA_MATMUL_CUBLASLT_CUH_
