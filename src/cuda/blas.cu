@@ -216,20 +216,7 @@ BlasGemm::BlasGemm(const char* op, BlasLibrary library,
   fill_only_ = l.k == 0 || alpha_ == 0.0f;
   if (fill_only_) return;
 
-  const bool row_major_out = !l.out_blas.trans;
-  rows_ = row_major_out ? l.n : l.m;
-  cols_ = row_major_out ? l.m : l.n;
-  inner_ = l.k;
-  // A row-major matrix is its transpose in column-major storage, so an
-  // operand stored in the orientation the product needs is read as is.
-  const Operand a{true, row_major_out ? l.a_blas.trans : !l.a_blas.trans,
-                  l.a_blas.ld, l.a.batch_stride};
-  const Operand b{false, row_major_out ? l.b_blas.trans : !l.b_blas.trans,
-                  l.b_blas.ld, l.b.batch_stride};
-  first_ = row_major_out ? b : a;
-  second_ = row_major_out ? a : b;
-  out_ld_ = l.out_blas.ld;
-  out_batch_stride_ = l.out.batch_stride;
+  product_ = ColumnMajorProductOf(l);
   cublas_workspace_bytes_ = WorkspaceBytes(device_, op);
   if (library_ == BlasLibrary::kCublasLt) PlanLt();
 }
@@ -244,9 +231,9 @@ void BlasGemm::PlanLt() {
       cublasLtMatmulDescCreate(&lt_->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op_,
       "cublasLtMatmulDescCreate");
   const cublasOperation_t op_first =
-      first_.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+      product_.first.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second =
-      second_.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+      product_.second.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   CheckBlas(
       cublasLtMatmulDescSetAttribute(lt_->desc, CUBLASLT_MATMUL_DESC_TRANSA,
                                      &op_first, sizeof(op_first)),
@@ -271,13 +258,14 @@ void BlasGemm::PlanLt() {
   };
   // Stored (column-major) shapes: op(first) is rows x inner, op(second)
   // inner x cols.
-  make_layout(&lt_->first, first_.transpose ? inner_ : rows_,
-              first_.transpose ? rows_ : inner_, first_.ld,
-              first_.batch_stride);
-  make_layout(&lt_->second, second_.transpose ? cols_ : inner_,
-              second_.transpose ? inner_ : cols_, second_.ld,
-              second_.batch_stride);
-  make_layout(&lt_->out, rows_, cols_, out_ld_, out_batch_stride_);
+  const ColumnMajorProduct& p = product_;
+  make_layout(&lt_->first, p.first.transpose ? p.inner : p.rows,
+              p.first.transpose ? p.rows : p.inner, p.first.ld,
+              p.first.batch_stride);
+  make_layout(&lt_->second, p.second.transpose ? p.cols : p.inner,
+              p.second.transpose ? p.inner : p.cols, p.second.ld,
+              p.second.batch_stride);
+  make_layout(&lt_->out, p.rows, p.cols, p.out_ld, p.out_batch_stride);
 
   cublasLtHandle_t handle = CublasLtHandle(device_, op_);
   const int element = DataTypeSize(dtype_);
@@ -327,7 +315,7 @@ void BlasGemm::PlanLt() {
   // strides are multiples of 16 bytes.
   bool strides_aligned = true;
   for (const int64_t stride :
-       {first_.batch_stride, second_.batch_stride, out_batch_stride_}) {
+       {p.first.batch_stride, p.second.batch_stride, p.out_batch_stride}) {
     strides_aligned = strides_aligned && (stride * element) % 16 == 0;
   }
   if (strides_aligned && element < 16) {
@@ -357,8 +345,8 @@ void BlasGemm::Run(const Handle& handle, const void* a, const void* b,
   if (use_c_ && c != out) {
     LaunchFill(op_, l, dtype_, c, false, 1.0f, out, stream);
   }
-  const void* first = first_.from_a ? a : b;
-  const void* second = second_.from_a ? a : b;
+  const void* first = product_.first.from_a ? a : b;
+  const void* second = product_.second.from_a ? a : b;
   if (library_ == BlasLibrary::kCublasLt) {
     RunLt(handle, first, second, out);
   } else {
@@ -397,17 +385,19 @@ void BlasGemm::RunCublas(const Handle& handle, const void* first,
   CheckBlas(cublasSetWorkspace(blas, workspace.data(), cublas_workspace_bytes_),
             op_, "cublasSetWorkspace");
   const cudaDataType_t type = CudaDataType(dtype_);
-  CheckBlas(cublasGemmStridedBatchedEx(
-                blas, first_.transpose ? CUBLAS_OP_T : CUBLAS_OP_N,
-                second_.transpose ? CUBLAS_OP_T : CUBLAS_OP_N,
-                static_cast<int>(rows_), static_cast<int>(cols_),
-                static_cast<int>(inner_), &alpha_, first, type,
-                static_cast<int>(first_.ld), first_.batch_stride, second, type,
-                static_cast<int>(second_.ld), second_.batch_stride, &beta, out,
-                type, static_cast<int>(out_ld_), out_batch_stride_,
-                static_cast<int>(layout_.batch), CUBLAS_COMPUTE_32F,
-                CUBLAS_GEMM_DEFAULT),
-            op_, "cublasGemmStridedBatchedEx");
+  CheckBlas(
+      cublasGemmStridedBatchedEx(
+          blas, product_.first.transpose ? CUBLAS_OP_T : CUBLAS_OP_N,
+          product_.second.transpose ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(product_.rows), static_cast<int>(product_.cols),
+          static_cast<int>(product_.inner), &alpha_, first, type,
+          static_cast<int>(product_.first.ld), product_.first.batch_stride,
+          second, type, static_cast<int>(product_.second.ld),
+          product_.second.batch_stride, &beta, out, type,
+          static_cast<int>(product_.out_ld), product_.out_batch_stride,
+          static_cast<int>(layout_.batch), CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT),
+      op_, "cublasGemmStridedBatchedEx");
 }
 
 }  // namespace polyops::cuda

@@ -18,6 +18,7 @@
 #include "core/data_type.h"
 #include "core/gemm_layout.h"
 #include "core/handle.h"
+#include "cuda/blas_problem.h"
 
 namespace polyops::cuda {
 
@@ -44,15 +45,6 @@ class BlasGemm {
            void* out) const;
 
  private:
-  // The row-major problem seen by column-major cuBLAS: D [rows x cols] =
-  // op(first) [rows x inner] @ op(second) [inner x cols]. Row-major out is
-  // computed as its transpose (b^T a^T), column-major out directly.
-  struct Operand {
-    bool from_a = true;  // which of a and b this operand reads
-    bool transpose = false;
-    int64_t ld = 1;
-    int64_t batch_stride = 0;
-  };
   struct LtPlan;
 
   void PlanLt();
@@ -74,10 +66,7 @@ class BlasGemm {
   // beta * c is added: c is first copied into out, then out is the
   // product's C (beta applied by cuBLAS in float32).
   bool use_c_ = false;
-  int64_t rows_ = 0, cols_ = 0, inner_ = 0;
-  Operand first_, second_;
-  int64_t out_ld_ = 1;
-  int64_t out_batch_stride_ = 0;
+  ColumnMajorProduct product_;
   size_t cublas_workspace_bytes_ = 0;
   LtPlan* lt_ = nullptr;  // owned; cuBLASLt slot only
 };
