@@ -208,9 +208,11 @@ BlasGemm::BlasGemm(const char* op, BlasLibrary library,
   const GemmLayout& l = layout_;
   if (l.batch == 0 || l.m == 0 || l.n == 0) return;
   POLYOPS_CHECK_T(l.batch <= std::numeric_limits<int32_t>::max(),
-                  NotImplemented, "polyops.", op,
-                  " is not supported on cuda for a batch of ", l.batch,
-                  " matrices because cuBLAS' batch count is a 32-bit int");
+                  NotImplemented, "polyops.", op, ": ",
+                  library == BlasLibrary::kCublasLt ? "cublaslt" : "cublas",
+                  " slot on cuda does not support a batch of ", l.batch,
+                  " matrices because cuBLAS' batch count is a 32-bit int; "
+                  "split the batch or run on cpu");
   Check(cudaGetDevice(&device_), op, "reading the current device");
   use_c_ = l.has_c && beta_ != 0.0f;
   fill_only_ = l.k == 0 || alpha_ == 0.0f;
