@@ -1,0 +1,36 @@
+#ifndef POLYOPS_CUDA_GEMM_CUBLAS_CUH_
+#define POLYOPS_CUDA_GEMM_CUBLAS_CUH_
+
+#ifdef POLYOPS_WITH_CUBLAS
+
+#include <optional>
+
+#include "base/gemm.h"
+#include "core/operator.h"
+#include "cuda/blas.h"
+
+namespace polyops {
+
+// Slot 1: cublasGemmStridedBatchedEx (see cuda/blas.h).
+template <>
+class Operator<Gemm, Device::Type::kCuda, 1> : public Gemm {
+ public:
+  static constexpr const char* kImplementationName = "cublas";
+  using Gemm::Gemm;
+
+  void operator()(const Handle& handle, const Tensor& a, const Tensor& b,
+                  const std::optional<Tensor>& c, double, double, bool, bool,
+                  const std::optional<Tensor>& out) const override {
+    gemm_.Run(handle, a.data(), b.data(), c ? c->data() : nullptr, out->data());
+  }
+
+ private:
+  cuda::BlasGemm gemm_{
+      kName, cuda::BlasLibrary::kCublas, layout_, dtype_, alpha_, beta_};
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
+
+#endif  // POLYOPS_CUDA_GEMM_CUBLAS_CUH_

@@ -1,0 +1,43 @@
+#ifndef POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_
+#define POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_
+
+#ifdef POLYOPS_WITH_CUBLAS
+
+#include <optional>
+
+#include "base/linear.h"
+#include "core/operator.h"
+#include "cuda/blas.h"
+
+namespace polyops {
+
+// Slot 0: cublasLtMatmul with descriptors, layouts and the heuristic's
+// algorithm chosen on the cache miss (see cuda/blas.h); the default.
+template <>
+class Operator<Linear, Device::Type::kCuda, 0> : public Linear {
+ public:
+  static constexpr const char* kImplementationName = "cublaslt";
+  using Linear::Linear;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& weight, const std::optional<Tensor>& bias,
+                  const std::optional<Tensor>& out) const override {
+    gemm_.Run(handle, input.data(), weight.data(),
+              bias ? bias->data() : nullptr, out->data());
+  }
+
+ private:
+  cuda::BlasGemm gemm_{
+      kName, cuda::BlasLibrary::kCublasLt, layout_, dtype_, alpha_, beta_};
+};
+
+template <>
+struct DefaultImplementation<Linear, Device::Type::kCuda> {
+  static constexpr int kIndex = 0;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
+
+#endif  // POLYOPS_CUDA_LINEAR_CUBLASLT_CUH_

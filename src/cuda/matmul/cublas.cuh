@@ -1,0 +1,36 @@
+#ifndef POLYOPS_CUDA_MATMUL_CUBLAS_CUH_
+#define POLYOPS_CUDA_MATMUL_CUBLAS_CUH_
+
+#ifdef POLYOPS_WITH_CUBLAS
+
+#include <optional>
+
+#include "base/matmul.h"
+#include "core/operator.h"
+#include "cuda/blas.h"
+
+namespace polyops {
+
+// Slot 1: cublasGemmStridedBatchedEx (see cuda/blas.h).
+template <>
+class Operator<Matmul, Device::Type::kCuda, 1> : public Matmul {
+ public:
+  static constexpr const char* kImplementationName = "cublas";
+  using Matmul::Matmul;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    gemm_.Run(handle, input.data(), other.data(), nullptr, out->data());
+  }
+
+ private:
+  cuda::BlasGemm gemm_{
+      kName, cuda::BlasLibrary::kCublas, layout_, dtype_, alpha_, beta_};
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_WITH_CUBLAS
+
+#endif  // POLYOPS_CUDA_MATMUL_CUBLAS_CUH_
