@@ -124,7 +124,8 @@ struct StagedTile {
 };
 
 // Stages query row r (float32) from `q`, or zeros when q is null (a row the
-// block does not hold). Called by every thread; the caller syncs after.
+// block does not hold). Called by one warp, whose lanes split the dims; the
+// caller syncs after.
 template <typename NT>
 __device__ __forceinline__ void StageQueryRow(const StagedTile& tile, int r,
                                               const NT* q, int head_size) {
@@ -154,8 +155,10 @@ __device__ void AttendStagedRows(const StagedTile& tile, int rows,
 #pragma unroll
     for (int k = 0; k < kDims; ++k) state->acc[i][k] = 0.0f;
   }
-  for (int c0 = key_lo; c0 <= key_hi; c0 += kAttentionKeys) {
-    const int n = min(kAttentionKeys, key_hi - c0 + 1);
+  // int64 so that stepping past a key_hi near INT32_MAX cannot overflow.
+  for (int64_t c0 = key_lo; c0 <= key_hi; c0 += kAttentionKeys) {
+    const int n = static_cast<int>(
+        min(static_cast<int64_t>(kAttentionKeys), key_hi - c0 + 1));
     __syncthreads();  // the previous piece's values may still be read
     for (int c = warp; c < n; c += kAttentionWarps) {
       const NT* k_row = KvRowPointer<NT>(key, seq, c0 + c, kv_head);
@@ -167,42 +170,76 @@ __device__ void AttendStagedRows(const StagedTile& tile, int rows,
       }
     }
     __syncthreads();
+    // Scores of the warp's rows against key `lane`: each staged key element
+    // loaded once serves all of them. Lanes past the piece or rows the block
+    // does not hold compute on whatever the tile holds there; `visible`
+    // below keeps those results out of every sum.
+    float score[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) score[i] = 0.0f;
+    {
+      const float* k = tile.k + lane * tile.stride;
+      const float* q = tile.q + warp * tile.stride;
+      for (int d = 0; d < head_size; ++d) {
+        const float kd = k[d];
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          score[i] += q[i * kAttentionWarps * tile.stride + d] * kd;
+        }
+      }
+    }
+    // Each row's visible keys of this piece, [c0 + begin, c0 + end), and
+    // its weights p (0 for keys it does not see). Warp-uniform per row.
+    int begin[kRowsPerWarp];
+    int end[kRowsPerWarp];
+    float p[kRowsPerWarp];
+    int any_begin = n;
+    int any_end = 0;
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp + i * kAttentionWarps;  // warp-uniform
-      if (r >= rows) continue;
-      // The row's visible keys of this piece: [c0 + begin, c0 + end).
-      const int begin = max(tile.lo[r] - c0, 0);
-      const int end = min(tile.hi[r] - c0 + 1, n);
-      if (begin >= end) continue;  // as the CPU tile: no update at all
-      const bool visible = lane >= begin && lane < end;
-      float score = 0.0f;
-      if (visible) {
-        const float* q = tile.q + r * tile.stride;
-        const float* k = tile.k + lane * tile.stride;
-        for (int d = 0; d < head_size; ++d) score += q[d] * k[d];
-        score *= scale;
+      const int r = warp + i * kAttentionWarps;
+      begin[i] = 0;
+      end[i] = 0;
+      p[i] = 0.0f;
+      if (r < rows) {
+        begin[i] = static_cast<int>(max(tile.lo[r] - c0, int64_t{0}));
+        end[i] =
+            static_cast<int>(min(tile.hi[r] - c0 + 1, static_cast<int64_t>(n)));
       }
+      // No visible key in this piece: no update at all, as the CPU tile.
+      if (begin[i] >= end[i]) continue;
+      any_begin = min(any_begin, begin[i]);
+      any_end = max(any_end, end[i]);
+      const bool visible = lane >= begin[i] && lane < end[i];
+      const float s = score[i] * scale;
       // fmaxf skips NaN: a NaN score drops out of the max, not the exps.
-      const float piece_max = WarpMax(visible ? score : -INFINITY);
+      const float piece_max = WarpMax(visible ? s : -INFINITY);
       const float new_max = fmaxf(state->max[i], piece_max);
       // All visible scores so far -inf: shift by 0, so the weights are
       // exp(-inf) = 0 and the row ends 0, not exp(-inf + inf) = NaN.
       const float shift = new_max == -INFINITY ? 0.0f : new_max;
       const float correction = expf(state->max[i] - shift);
-      const float p = visible ? expf(score - shift) : 0.0f;
-      state->sum[i] = state->sum[i] * correction + WarpSum(p);
+      p[i] = visible ? expf(s - shift) : 0.0f;
+      state->sum[i] = state->sum[i] * correction + WarpSum(p[i]);
       state->max[i] = new_max;
 #pragma unroll
       for (int k = 0; k < kDims; ++k) state->acc[i][k] *= correction;
-      // Only visible keys enter the value sum (0 * inf would be NaN).
-      for (int c = begin; c < end; ++c) {
-        const float weight = __shfl_sync(0xffffffffu, p, c);
-        const float* v = tile.v + c * head_size;
+    }
+    // Values: each staged value row loaded once for all the warp's rows;
+    // only a row's visible keys enter its sum (0 * inf would be NaN).
+    for (int c = any_begin; c < any_end; ++c) {
+      float v[kDims];
 #pragma unroll
-        for (int k = 0; k < kDims; ++k) {
-          const int d = lane + 32 * k;
-          if (d < head_size) state->acc[i][k] += weight * v[d];
+      for (int k = 0; k < kDims; ++k) {
+        const int d = lane + 32 * k;
+        v[k] = d < head_size ? tile.v[c * head_size + d] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const float weight = __shfl_sync(0xffffffffu, p[i], c);
+        if (c >= begin[i] && c < end[i]) {
+#pragma unroll
+          for (int k = 0; k < kDims; ++k) state->acc[i][k] += weight * v[k];
         }
       }
     }
