@@ -1,6 +1,7 @@
 #ifndef POLYOPS_CUDA_FLASH_ATTENTION_FLASH_CUH_
 #define POLYOPS_CUDA_FLASH_ATTENTION_FLASH_CUH_
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -30,16 +31,23 @@ struct FlashAttentionParams {
   int64_t total_q;
   int64_t total_kv;  // contiguous kv only
   int head_size;
-  int group;  // query heads per kv head
+  int group;             // query heads per kv head
+  int heads_per_block;   // min(group, kAttentionRows)
+  int head_chunks;       // ceil(group / heads_per_block)
+  int tokens_per_block;  // kAttentionRows / heads_per_block
   float scale;
   bool causal;
   int64_t window_left, window_right;
 };
 
-// Grid (ceil(Tq / kAttentionRows), Hq): block x holds packed query rows
-// [16x, 16x + 16) of head y, whatever sequences they belong to, so the grid
-// is sized from Tq alone (no device-to-host copy of cu_seqlens) and no block
-// idles. Each sequence met in those rows is a segment run on its own.
+// Grid (ceil(Tq / tokens_per_block), Hkv * head_chunks). Block (x, y) holds
+// the packed query tokens [x * tokens_per_block, +tokens_per_block) times up
+// to heads_per_block query heads of one kv head (tile row r: token r /
+// heads, head r % heads), so every staged key and value serves all the
+// query heads of its group (GQA) and decode-like batches (one token per
+// sequence) still fill the tile. The tokens may belong to several
+// sequences: each sequence met is a segment run on its own. The grid is
+// sized from Tq alone (no device-to-host copy of cu_seqlens).
 // cu_seqlens and the block table are read on the device and cannot raise
 // ValueError without a host synchronization: a sequence whose kv range does
 // not fit the kv tensor or the table gets NaN rows, a block id outside the
@@ -52,19 +60,22 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const StagedTile tile = CarveTile(shared, p.head_size, ranges);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int64_t head = blockIdx.y;
-  const int64_t kv_head = head / p.group;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttentionRows;
-  const int64_t r1 = min(r0 + kAttentionRows, p.total_q);
+  const int64_t kv_head = blockIdx.y / p.head_chunks;
+  const int chunk = blockIdx.y % p.head_chunks;
+  const int64_t head_begin =
+      kv_head * p.group + static_cast<int64_t>(chunk) * p.heads_per_block;
+  const int heads = min(p.heads_per_block, p.group - chunk * p.heads_per_block);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * p.tokens_per_block;
+  const int64_t t1 = min(t0 + p.tokens_per_block, p.total_q);
   const NT* query = static_cast<const NT*>(p.query);
   NT* out = static_cast<NT*>(p.out);
 
-  // The sequence of row r0: the last b with cu_q[b] <= r0 (upper bound).
+  // The sequence of token t0: the last b with cu_q[b] <= t0 (upper bound).
   int first = 0;
   int count = p.batch + 1;
   while (count > 0) {
     const int step = count / 2;
-    if (p.cu_q[first + step] <= r0) {
+    if (p.cu_q[first + step] <= t0) {
       first += step + 1;
       count -= step + 1;
     } else {
@@ -75,11 +86,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int b = max(first - 1, 0); b < p.batch; ++b) {
     const int64_t q_begin = p.cu_q[b];
     const int64_t q_end = p.cu_q[b + 1];
-    if (q_begin >= r1) break;
-    const int64_t seg_begin = max(r0, q_begin);
-    const int64_t seg_end = min(r1, q_end);
+    if (q_begin >= t1) break;
+    const int64_t seg_begin = max(t0, q_begin);
+    const int64_t seg_end = min(t1, q_end);
     if (seg_begin >= seg_end) continue;
-    const int rows = static_cast<int>(seg_end - seg_begin);
+    const int rows = static_cast<int>(seg_end - seg_begin) * heads;
     const int64_t q_len = q_end - q_begin;
     const int64_t kv_start = p.cu_kv[b];
     const int64_t kv_len = static_cast<int64_t>(p.cu_kv[b + 1]) - kv_start;
@@ -91,8 +102,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     if (!valid) {
       for (int r = warp; r < rows; r += kAttentionWarps) {
-        NT* o =
-            out + (seg_begin + r) * p.o_stride_token + head * p.o_stride_head;
+        NT* o = out + (seg_begin + r / heads) * p.o_stride_token +
+                (head_begin + r % heads) * p.o_stride_head;
         for (int d = lane; d < p.head_size; d += 32) o[d] = FromFloat<NT>(NAN);
       }
       continue;
@@ -100,9 +111,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
     __syncthreads();  // the previous segment may still read the tile
     for (int r = warp; r < kAttentionRows; r += kAttentionWarps) {
-      const NT* q = r < rows ? query + (seg_begin + r) * p.q_stride_token +
-                                   head * p.q_stride_head
-                             : nullptr;
+      const NT* q = r < rows
+                        ? query + (seg_begin + r / heads) * p.q_stride_token +
+                              (head_begin + r % heads) * p.q_stride_head
+                        : nullptr;
       StageQueryRow(tile, r, q, p.head_size);
     }
     if (threadIdx.x < kAttentionRows) {
@@ -110,8 +122,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
       int lo = 1;
       int hi = 0;
       if (r < rows) {
-        VisibleKeyRange(seg_begin + r - q_begin, q_len, kv_len, p.causal,
-                        p.window_left, p.window_right, &lo, &hi);
+        VisibleKeyRange(seg_begin + r / heads - q_begin, q_len, kv_len,
+                        p.causal, p.window_left, p.window_right, &lo, &hi);
       }
       tile.lo[r] = lo;
       tile.hi[r] = hi;
@@ -132,10 +144,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp + i * kAttentionWarps;
       if (r < rows) {
-        StoreRow<NT, kDims>(
-            state, i,
-            out + (seg_begin + r) * p.o_stride_token + head * p.o_stride_head,
-            p.head_size);
+        StoreRow<NT, kDims>(state, i,
+                            out + (seg_begin + r / heads) * p.o_stride_token +
+                                (head_begin + r % heads) * p.o_stride_head,
+                            p.head_size);
       }
     }
   }
@@ -171,12 +183,17 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
                        block_table, scale, causal, window_left, window_right,
                        sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
                        out) {
+    const int64_t group = num_heads_ / num_kv_heads_;
+    heads_per_block_ = std::min<int64_t>(group, cuda::kAttentionRows);
+    head_chunks_ = (group + heads_per_block_ - 1) / heads_per_block_;
+    tokens_per_block_ = cuda::kAttentionRows / heads_per_block_;
     constexpr int64_t kMaxGridY = 65535;
-    POLYOPS_CHECK_T(num_heads_ <= kMaxGridY, NotImplemented,
+    POLYOPS_CHECK_T(num_kv_heads_ * head_chunks_ <= kMaxGridY, NotImplemented,
                     "polyops.flash_attention: flash slot on cuda does not "
                     "support ",
-                    num_heads_, " query heads because the grid holds at most ",
-                    kMaxGridY, " heads");
+                    num_heads_, " query heads over ", num_kv_heads_,
+                    " kv heads because the grid holds at most ", kMaxGridY,
+                    " head blocks");
     POLYOPS_CHECK_T(
         !paged_ || block_size_ <= std::numeric_limits<int32_t>::max(),
         NotImplemented,
@@ -222,14 +239,17 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
     p.total_kv = num_tokens_kv_;
     p.head_size = static_cast<int>(head_size_);
     p.group = static_cast<int>(num_heads_ / num_kv_heads_);
+    p.heads_per_block = static_cast<int>(heads_per_block_);
+    p.head_chunks = static_cast<int>(head_chunks_);
+    p.tokens_per_block = static_cast<int>(tokens_per_block_);
     p.scale = scale_;
     p.causal = causal_;
     p.window_left = window_left_;
     p.window_right = window_right_;
     const dim3 grid(
-        static_cast<unsigned>((num_tokens_q_ + cuda::kAttentionRows - 1) /
-                              cuda::kAttentionRows),
-        static_cast<unsigned>(num_heads_));
+        static_cast<unsigned>((num_tokens_q_ + tokens_per_block_ - 1) /
+                              tokens_per_block_),
+        static_cast<unsigned>(num_kv_heads_ * head_chunks_));
     const int shared = cuda::AttentionSharedBytes(p.head_size);
     cudaStream_t stream = cuda::StreamOf(handle);
     DispatchKernel([&](auto kernel) {
@@ -250,6 +270,12 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
           });
         });
   }
+
+  // Tile geometry (FlashAttentionKernel): query heads of one kv head per
+  // block, blocks per kv head, query tokens per block.
+  int64_t heads_per_block_ = 1;
+  int64_t head_chunks_ = 1;
+  int64_t tokens_per_block_ = 1;
 };
 
 }  // namespace polyops
