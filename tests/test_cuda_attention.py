@@ -47,8 +47,9 @@ def _on_cuda(*tensors):
 
 
 def test_cuda_slots_are_listed():
-    assert polyops.implementations("flash_attention", CUDA) == {0: "flash"}
-    assert polyops.implementations("paged_attention", CUDA) == {0: "flash"}
+    # Slot 0 is the own kernel; other slots (a library's) may follow.
+    assert polyops.implementations("flash_attention", CUDA)[0] == "flash"
+    assert polyops.implementations("paged_attention", CUDA)[0] == "flash"
 
 
 @pytest.mark.parametrize("case", CASES)
