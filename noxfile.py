@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
 
 import nox
 
@@ -14,15 +16,34 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"
 # OpenBLAS (matmul, gemm, linear): linked at build time, loaded at run time.
 OPENBLAS = "scipy-openblas32>=0.3.27"
-BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "pybind11>=2.12", "ninja", "cmake>=3.18"]
+BUILD_REQUIREMENTS = ["scikit-build-core>=1.1", "pybind11>=2.12", "ninja", "cmake>=3.18"]
+# With nvcc on the machine the tests run against a build that also compiles
+# the CUDA backend (compile-only without a GPU; docs/cuda.md). cuBLAS headers
+# and libraries for the cuBLAS slots come from this wheel (installed in ~25 s
+# from the package index; the machine's toolkit may lack cuBLAS).
+CUBLAS = "nvidia-cublas==13.1.1.3"
+# Upper bound of the whole install step (compile included), in seconds; the
+# CUDA-enabled build takes about 15 min on 2 shared cores (docs/ci.md).
+BUILD_TIMEOUT_S = 1500
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Build polyops against the session's torch and run every test (tests/ and .ci/tests/)."""
     session.install(TORCH, OPENBLAS, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml")
-    # No build isolation: compile against the torch installed above.
-    session.install("--no-build-isolation", "--no-deps", ".")
+    nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
+    config = []
+    if nvcc:
+        session.log(f"nvcc found ({nvcc}): building with WITH_CUDA=ON (compile check)")
+        session.install(CUBLAS)
+        config = ["-C", "cmake.define.WITH_CUDA=ON"]
+    # No build isolation: compile against the torch installed above. `timeout`
+    # bounds the compile so a stuck or slow build fails CI instead of hanging it.
+    install = ["python", "-m", "pip", "install", "--no-build-isolation", "--no-deps", *config, "."]
+    if shutil.which("timeout"):
+        session.run("timeout", str(BUILD_TIMEOUT_S), *install, external=True)
+    else:
+        session.run(*install)
     # The package source lives in python/polyops, so `import polyops` here is
     # the installed build; testpaths come from pyproject.toml.
     session.run("python", "-m", "pytest", *session.posargs)
@@ -36,7 +57,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     sources = sorted(
         str(path)
-        for pattern in ("src/**/*.h", "src/**/*.cc", "src/**/*.cu")
+        for pattern in ("src/**/*.h", "src/**/*.cc", "src/**/*.cu", "src/**/*.cuh")
         for path in pathlib.Path(".").glob(pattern)
     )
     session.run("clang-format", "--dry-run", "--Werror", *sources)

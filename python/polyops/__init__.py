@@ -21,11 +21,18 @@ import torch
 
 from polyops import _C, _torch_library
 
-if _C._torch_version != torch.__version__:
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
+
+
+# _C links torch's C++ API, whose ABI changes between minor versions (the
+# wheel's requirement is torch>=X.Y,<X.Y+1 of the build's torch).
+if _major_minor(_C._torch_version) != _major_minor(torch.__version__):
     raise ImportError(
         f"polyops was compiled against torch {_C._torch_version} but torch "
-        f"{torch.__version__} is installed; reinstall polyops "
-        "(pip install --no-build-isolation .) against this torch"
+        f"{torch.__version__} is installed; reinstall polyops against this torch "
+        "(pip install --no-build-isolation .)"
     )
 
 # The operators, as generated from src/base/*.h.

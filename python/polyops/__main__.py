@@ -30,6 +30,12 @@ def _overview() -> int:
         f"devices: {', '.join(usable)}"
         + (f" (built, not present: {', '.join(absent)})" if absent else "")
     )
+    if "cuda" in absent:
+        why = "torch has no CUDA" if torch.version.cuda is None else "no usable GPU"
+        print(
+            f"  cuda: {why} here; the CUDA slots below are compiled in but cannot run "
+            "(docs/cuda.md)"
+        )
     if "npu" in absent:
         print(
             "  npu: no NPU here; polyops.testing.use_cann_double() runs the Ascend slots on "

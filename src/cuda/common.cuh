@@ -120,7 +120,7 @@ __device__ __forceinline__ float BlockMax(float value, float* shared) {
 }
 
 // Scratch device memory for one call, from torch's CUDA caching allocator
-// (installed by the Python extension, src/cuda/workspace.cc): no cudaMalloc
+// (installed by the Python extension, src/cuda/workspace.cu): no cudaMalloc
 // on a cache hit, and the memory is reused only by work queued after this
 // call on the same stream. Freed (returned to the allocator) at scope exit;
 // kernels queued on the call's stream before that still own it.
@@ -138,6 +138,7 @@ class Workspace {
   void* data_ = nullptr;
   size_t size_ = 0;
   void* context_ = nullptr;  // the allocator's handle to free
+  void (*release_)(void*) = nullptr;
 };
 
 }  // namespace polyops::cuda

@@ -5,6 +5,10 @@
 
 #include "python/binding_support.h"
 #include "python/torch_library.h"
+#ifdef POLYOPS_WITH_CUDA
+#include "cuda/workspace.h"
+#include "python/cuda_allocator.h"
+#endif
 
 #ifndef POLYOPS_TORCH_VERSION
 #define POLYOPS_TORCH_VERSION "unknown"
@@ -166,6 +170,18 @@ PYBIND11_MODULE(_C, module) {
   built.append("cpu");
 #ifdef POLYOPS_WITH_CUDA
   built.append("cuda");
+  InstallCudaAllocator();
+  // For tests: a Workspace of nbytes on cuda:<device> for `stream` (a raw
+  // cudaStream_t, 0 = default), given back at once; returns its address.
+  module.def(
+      "_cuda_workspace_probe",
+      [](int device, size_t nbytes, uintptr_t stream) {
+        Handle handle;
+        handle.device = Device{Device::Type::kCuda, device};
+        handle.stream = reinterpret_cast<void*>(stream);
+        return cuda::ProbeWorkspace(handle, nbytes);
+      },
+      py::arg("device"), py::arg("nbytes"), py::arg("stream") = 0);
 #endif
 #ifdef POLYOPS_WITH_ASCEND
   built.append("npu");

@@ -1,0 +1,28 @@
+#ifndef POLYOPS_CUDA_ADD_VECTOR_CUH_
+#define POLYOPS_CUDA_ADD_VECTOR_CUH_
+
+#include "base/add.h"
+#include "core/operator.h"
+#include "cuda/binary_elementwise.cuh"
+
+namespace polyops {
+
+// Slot 0: 16-byte vectors over contiguous operands, a strided kernel for
+// broadcast and strided ones (compiled, never executed on a GPU yet).
+template <>
+class Operator<Add, Device::Type::kCuda, 0> : public Add {
+ public:
+  static constexpr const char* kImplementationName = "vector";
+  using Add::Add;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *out, input, other,
+                                 cuda::StreamOf(handle), "polyops.add");
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CUDA_ADD_VECTOR_CUH_

@@ -1,0 +1,28 @@
+#ifndef POLYOPS_CUDA_MUL_VECTOR_CUH_
+#define POLYOPS_CUDA_MUL_VECTOR_CUH_
+
+#include "base/mul.h"
+#include "core/operator.h"
+#include "cuda/binary_elementwise.cuh"
+
+namespace polyops {
+
+// Slot 0: 16-byte vectors over contiguous operands, a strided kernel for
+// broadcast and strided ones (compiled, never executed on a GPU yet).
+template <>
+class Operator<Mul, Device::Type::kCuda, 0> : public Mul {
+ public:
+  static constexpr const char* kImplementationName = "vector";
+  using Mul::Mul;
+
+  void operator()(const Handle& handle, const Tensor& input,
+                  const Tensor& other,
+                  const std::optional<Tensor>& out) const override {
+    cuda::RunBinary<cuda::MulFn>(layout_, dtype_, *out, input, other,
+                                 cuda::StreamOf(handle), "polyops.mul");
+  }
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_CUDA_MUL_VECTOR_CUH_
