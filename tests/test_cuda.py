@@ -118,6 +118,20 @@ def test_graph_capture_and_replay(op):
         torch.testing.assert_close(replayed, expected, rtol=0, atol=0, equal_nan=True)
 
 
+def _ops_without_cuda_slots() -> list:
+    ops = [op for op in OPS if BUILT and not polyops.implementations(op, "cuda")]
+    reason = "every op has a CUDA slot" if BUILT else "polyops was built without CUDA"
+    return ops or [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", _ops_without_cuda_slots())
+def test_op_without_cuda_slot_is_not_implemented(op):
+    message = rf"polyops\.{op} is not supported on device 'cuda'"
+    with pytest.raises(NotImplementedError, match=message):
+        _run(op, _build(op))
+
+
 @needs_gpu
 def test_side_stream_ordered_by_event():
     x = torch.randn(1 << 20, device="cuda")
@@ -187,6 +201,30 @@ def test_cache_hit_makes_no_device_allocation(op):
         # These slots take no Workspace: with the outputs given, the call
         # allocates nothing at all.
         assert after["allocation.all.allocated"] == before["allocation.all.allocated"]
+
+
+@needs_gpu
+def test_own_slots_allocate_nothing_on_a_cache_hit():
+    x = torch.randn(64, 128, device="cuda")
+    bias = torch.randn(128, device="cuda")
+    out = torch.empty_like(x)
+    half = torch.empty(64, 128, dtype=torch.float16, device="cuda")
+    joined = torch.empty(64, 256, device="cuda")
+
+    def calls():
+        polyops.add(x, bias, out=out)
+        polyops.mul(x, x, out=out)
+        polyops.cast(x, torch.float16, out=half)
+        polyops.cat([x, x], 1, out=joined)
+
+    calls()  # misses: the instances are built
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    calls()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    torch.testing.assert_close(joined, torch.cat([x, x], 1), rtol=0, atol=0)
+    torch.testing.assert_close(half, x.half(), rtol=0, atol=0)
 
 
 @needs_gpu
