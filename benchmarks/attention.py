@@ -20,6 +20,12 @@ Measures in one process, interleaved, on the same data:
   extra traffic is torch's cost, not counted).
 
 Every polyops output is checked against torch before anything is timed.
+
+``--device cuda`` runs both sides on the GPU: tensors are made on the host with the
+same generator and moved, paged_attention also gets ``seq_lens_host`` (as serving
+engines pass it), and each timed sample is ``CUDA_CALLS_PER_SYNC`` back-to-back calls
+followed by one ``torch.cuda.synchronize()``, reported per call, so the queueing of
+asynchronous launches is not mistaken for their run time.
 "ratio" = median over repeats of torch_time / polyops_time (adjacent samples),
 so > 1 means polyops is faster.
 
@@ -68,6 +74,8 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
 }
 NOT_AVAILABLE = "not available in this build"
+#: Calls per timed sample on CUDA, followed by one synchronize (see the module docstring).
+CUDA_CALLS_PER_SYNC = 10
 
 sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -76,6 +84,19 @@ def _tol(dtype: torch.dtype) -> dict[str, float]:
     if dtype == torch.float32:
         return {"rtol": 1e-4, "atol": 1e-4}
     return {"rtol": 2e-2, "atol": 2e-2}
+
+
+def _synchronized(fn: Callable[[], object], device: str) -> Callable[[], object]:
+    """On CUDA: CUDA_CALLS_PER_SYNC calls of `fn`, then wait for the GPU; else `fn`."""
+    if device != "cuda":
+        return fn
+
+    def run() -> None:
+        for _ in range(CUDA_CALLS_PER_SYNC):
+            fn()
+        torch.cuda.synchronize()
+
+    return run
 
 
 def _timed_entry(
@@ -87,12 +108,22 @@ def _timed_entry(
     target: float,
     repeats: int,
     target_s: float,
+    device: str,
 ) -> dict[str, Any]:
     """Times polyops against entry["reference"] side by side; returns the completed entry."""
     ref_name = entry["reference"]
     timings = measure(
-        {mine_name: mine, ref_name: ref}, repeats=repeats, target_s=target_s, warmup=1
+        {mine_name: _synchronized(mine, device), ref_name: _synchronized(ref, device)},
+        repeats=repeats,
+        target_s=target_s,
+        warmup=1,
     )
+    if device == "cuda":  # a sample ran CUDA_CALLS_PER_SYNC calls: per call
+        k = CUDA_CALLS_PER_SYNC
+        timings = {
+            name: Timing(t.name, t.number * k, [x / k for x in t.samples])
+            for name, t in timings.items()
+        }
     mine_t, ref_t = timings[mine_name], timings[ref_name]
     ratio = paired_ratio(ref_t, mine_t)
     return {
@@ -106,14 +137,22 @@ def _timed_entry(
 
 
 def bench_prefill(
-    batch: int, tokens: int, dtype_name: str, *, repeats: int, target_s: float
+    batch: int,
+    tokens: int,
+    dtype_name: str,
+    *,
+    repeats: int,
+    target_s: float,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """flash_attention against SDPA(is_causal=True) for B sequences of T tokens."""
     dtype = DTYPES[dtype_name]
     gen = torch.Generator().manual_seed(0)
     total = batch * tokens
-    q, k, v = (torch.randn(total, HEADS, HEAD_SIZE, generator=gen).to(dtype) for _ in range(3))
-    cu = torch.arange(0, total + 1, tokens, dtype=torch.int32)
+    q, k, v = (
+        torch.randn(total, HEADS, HEAD_SIZE, generator=gen).to(dtype).to(device) for _ in range(3)
+    )
+    cu = torch.arange(0, total + 1, tokens, dtype=torch.int32).to(device)
     out = torch.empty_like(q)
 
     def to_bhtd(x: torch.Tensor) -> torch.Tensor:
@@ -151,11 +190,18 @@ def bench_prefill(
         target=PREFILL_TARGET,
         repeats=repeats,
         target_s=target_s,
+        device=device,
     )
 
 
 def bench_decode(
-    batch: int, context: int, dtype_name: str, *, repeats: int, target_s: float
+    batch: int,
+    context: int,
+    dtype_name: str,
+    *,
+    repeats: int,
+    target_s: float,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """paged_attention against gather + SDPA(enable_gqa=True), B sequences of `context`."""
     dtype = DTYPES[dtype_name]
@@ -163,11 +209,13 @@ def bench_decode(
     max_blocks = -(-context // BLOCK)
     num_blocks = batch * max_blocks
     shape = (num_blocks, BLOCK, DECODE_KV_HEADS, HEAD_SIZE)
-    key_cache = torch.randn(shape, generator=gen).to(dtype)
-    value_cache = torch.randn(shape, generator=gen).to(dtype)
-    query = torch.randn(batch, HEADS, HEAD_SIZE, generator=gen).to(dtype)
+    key_cache = torch.randn(shape, generator=gen).to(dtype).to(device)
+    value_cache = torch.randn(shape, generator=gen).to(dtype).to(device)
+    query = torch.randn(batch, HEADS, HEAD_SIZE, generator=gen).to(dtype).to(device)
     block_table = torch.randperm(num_blocks, generator=gen).view(batch, max_blocks).to(torch.int32)
-    seq_lens = torch.full((batch,), context, dtype=torch.int32)
+    seq_lens_host = torch.full((batch,), context, dtype=torch.int32)
+    block_table, seq_lens = block_table.to(device), seq_lens_host.to(device)
+    host_mirrors = {"seq_lens_host": seq_lens_host} if device == "cuda" else {}
     out = torch.empty_like(query)
     index = block_table.long()
     q4 = query.unsqueeze(2)
@@ -185,7 +233,7 @@ def bench_decode(
 
     def mine() -> object:
         return polyops.paged_attention(
-            query, key_cache, value_cache, seq_lens, block_table, out=out
+            query, key_cache, value_cache, seq_lens, block_table, out=out, **host_mirrors
         )
 
     def gathered(cache: torch.Tensor) -> torch.Tensor:
@@ -206,6 +254,7 @@ def bench_decode(
         target=DECODE_TARGET,
         repeats=repeats,
         target_s=target_s,
+        device=device,
     )
 
 
@@ -262,6 +311,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both sides run (default cpu; cuda needs a CUDA build and a GPU)",
+    )
     add_run_arguments(
         parser,
         __file__,
@@ -298,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "
         f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
-        f"repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
+        f"device {args.device} | repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
         f"flash_attention: {hasattr(polyops, 'flash_attention')} | "
         f"paged_attention: {hasattr(polyops, 'paged_attention')}"
     )
@@ -307,10 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries: list[dict[str, Any]] = []
     for b, t in args.prefill:
         for dt in args.dtypes:
-            entries.append(bench_prefill(b, t, dt, repeats=args.repeats, target_s=target_s))
+            entries.append(
+                bench_prefill(b, t, dt, repeats=args.repeats, target_s=target_s, device=args.device)
+            )
     for b, ctx in args.decode:
         for dt in args.dtypes:
-            entries.append(bench_decode(b, ctx, dt, repeats=args.repeats, target_s=target_s))
+            entries.append(
+                bench_decode(
+                    b, ctx, dt, repeats=args.repeats, target_s=target_s, device=args.device
+                )
+            )
 
     rows: list[list[str]] = []
     summary: list[list[str]] = []
@@ -379,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "prefill": [list(p) for p in args.prefill],
                 "decode": [list(p) for p in args.decode],
                 "dtypes": args.dtypes,
+                "device": args.device,
+                "cuda_calls_per_sync": CUDA_CALLS_PER_SYNC if args.device == "cuda" else None,
                 "heads": HEADS,
                 "decode_kv_heads": DECODE_KV_HEADS,
                 "head_size": HEAD_SIZE,

@@ -80,7 +80,11 @@ def implementations(op: str, device: str = "cpu") -> dict[int, str]:
 
 
 def default_implementation(op: str, device: str = "cpu") -> int | None:
-    """The slot a call with ``implementation_index=None`` runs (override or default)."""
+    """The slot a call with ``implementation_index=None`` starts at (override or default).
+
+    If that slot's constructor refuses the arguments (NotImplementedError), the call
+    falls back to the device's next slot that accepts them (docs/api.md).
+    """
     return _C._default_implementation(op, device)
 
 

@@ -22,6 +22,7 @@ Registry& GetRegistry() {
 
 OpState::OpState(const char* name) : name_(name) {
   for (auto& value : overrides_) value.store(-1);
+  for (auto& value : refused_) value.store(0);
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mutex);
   cache_.SetCapacity(registry.capacity);
@@ -54,6 +55,14 @@ void OpState::ThrowBadSlot(Device::Type device, int64_t requested) const {
       detail::Concat("polyops.", name_, ": implementation_index=", requested,
                      " does not exist on device '", DeviceTypeName(device),
                      "'; available: ", DescribeSlots(device)));
+}
+
+void OpState::ThrowRefusedForTesting(Device::Type device, int index) const {
+  throw NotImplemented(detail::Concat("polyops.", name_,
+                                      ": implementation_index=", index,
+                                      " on device '", DeviceTypeName(device),
+                                      "' refuses these arguments (testing hook "
+                                      "polyops._C._refuse_implementations)"));
 }
 
 void OpState::ThrowNoImplementation(Device::Type device) const {

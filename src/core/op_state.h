@@ -71,6 +71,23 @@ class OpState {
 
   std::string DescribeSlots(Device::Type device) const;
 
+  // Testing hook (polyops._C._refuse_implementations): the constructor of
+  // every slot in `mask` (bit i = slot i) on `device` is treated as raising
+  // NotImplemented, so tests can exercise the automatic fallback (see
+  // Operator<Key>::Get) on devices whose slots all accept the arguments.
+  // 0, the state at load, refuses nothing. Checked on cache misses only.
+  void SetRefusedForTesting(Device::Type device, uint32_t mask) {
+    refused_[static_cast<int>(device)].store(mask, std::memory_order_relaxed);
+  }
+  bool RefusedForTesting(Device::Type device, int index) const {
+    return (refused_[static_cast<int>(device)].load(
+                std::memory_order_relaxed) >>
+            index) &
+           1u;
+  }
+  [[noreturn]] void ThrowRefusedForTesting(Device::Type device,
+                                           int index) const;
+
  private:
   [[noreturn]] void ThrowBadSlot(Device::Type device, int64_t requested) const;
   [[noreturn]] void ThrowNoImplementation(Device::Type device) const;
@@ -79,6 +96,7 @@ class OpState {
   InstanceCache cache_;
   SlotTable tables_[Device::kNumTypes];
   std::atomic<int> overrides_[Device::kNumTypes];
+  std::atomic<uint32_t> refused_[Device::kNumTypes];
 };
 
 // Every op's state, in registration order (all ops register when the Python

@@ -9,11 +9,14 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include "core/cache_key.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/op_state.h"
 
 namespace polyops {
@@ -80,6 +83,25 @@ std::shared_ptr<Key> MakeImplementation(int slot, const Args&... args) {
   return made;
 }
 
+// What the cache holds, under the key of a slot chosen automatically, when
+// that slot's constructor refused the arguments (NotImplemented) and the
+// selection fell back to another slot: the instance of the slot that
+// accepted, and the refusal. A later automatic call hits it and runs the
+// fallback; an explicit implementation_index for the refusing slot hits it
+// and raises the refusal, as constructing that slot again would.
+class SlotFallback final : public OperatorBase {
+ public:
+  SlotFallback(std::shared_ptr<OperatorBase> instance, std::string refusal)
+      : instance_(std::move(instance)), refusal_(std::move(refusal)) {}
+
+  const std::shared_ptr<OperatorBase>& instance() const { return instance_; }
+  const std::string& refusal() const { return refusal_; }
+
+ private:
+  std::shared_ptr<OperatorBase> instance_;
+  std::string refusal_;
+};
+
 template <typename Key>
 class Operator<Key, Device::Type::kAny, -1> {
  public:
@@ -90,6 +112,16 @@ class Operator<Key, Device::Type::kAny, -1> {
 
   // Returns the cached instance for these arguments, constructing it with
   // `make(device_type, slot)` on a miss. The hit path allocates nothing.
+  //
+  // Fallback: without an implementation_index the call starts at the
+  // device's default slot (or the set_default_implementation override); if
+  // its constructor raises NotImplemented (the arguments are outside what
+  // that slot supports), the other slots are tried in index order and the
+  // first that constructs runs. The choice is cached under the starting
+  // slot's key (SlotFallback), so later calls with the same key hit it
+  // without constructing again. An explicit implementation_index never
+  // falls back. Other errors (ValueError: the arguments are wrong for every
+  // slot) propagate at once.
   template <typename MakeFn, typename... Args>
   static std::shared_ptr<Key> Get(Device device,
                                   std::optional<int64_t> requested_slot,
@@ -102,10 +134,57 @@ class Operator<Key, Device::Type::kAny, -1> {
     const uint64_t hash = key.Hash();
     InstanceCache& cache = state.cache();
     if (std::shared_ptr<OperatorBase> hit = cache.Find(key, hash)) {
+      // A type_info comparison, no allocation; true only after a fallback.
+      if (typeid(*hit) == typeid(SlotFallback)) {
+        const auto& fallback = static_cast<const SlotFallback&>(*hit);
+        if (requested_slot) throw NotImplemented(fallback.refusal());
+        return std::static_pointer_cast<Key>(fallback.instance());
+      }
       return std::static_pointer_cast<Key>(std::move(hit));
     }
-    std::shared_ptr<Key> made = make(device.type, slot);
-    return std::static_pointer_cast<Key>(cache.Insert(key, hash, made));
+    auto construct = [&](int index) -> std::shared_ptr<Key> {
+      if (state.RefusedForTesting(device.type, index)) {
+        state.ThrowRefusedForTesting(device.type, index);
+      }
+      return make(device.type, index);
+    };
+    if (requested_slot) {
+      return std::static_pointer_cast<Key>(
+          cache.Insert(key, hash, construct(slot)));
+    }
+    std::string refusal;
+    try {
+      return std::static_pointer_cast<Key>(
+          cache.Insert(key, hash, construct(slot)));
+    } catch (const NotImplemented& error) {
+      refusal = error.what();
+    }
+    std::string others;  // the other slots' refusals, for the final error
+    const SlotTable& table = state.Slots(device.type);
+    for (int i = 0; i < table.count; ++i) {
+      const int index = table.slots[i].index;
+      if (index == slot) continue;
+      std::shared_ptr<Key> made;
+      try {
+        made = construct(index);
+      } catch (const NotImplemented& error) {
+        others += detail::Concat("; ", index, " (", table.slots[i].name,
+                                 "): ", error.what());
+        continue;
+      }
+      std::shared_ptr<OperatorBase> cached = cache.Insert(
+          key, hash, std::make_shared<SlotFallback>(made, refusal));
+      // Another thread may have cached this key first: run what it cached.
+      if (typeid(*cached) == typeid(SlotFallback)) {
+        return std::static_pointer_cast<Key>(
+            static_cast<const SlotFallback&>(*cached).instance());
+      }
+      return std::static_pointer_cast<Key>(std::move(cached));
+    }
+    if (others.empty()) throw NotImplemented(refusal);
+    throw NotImplemented(detail::Concat(
+        refusal, " (no other implementation on device '",
+        DeviceTypeName(device.type), "' accepts them either", others, ")"));
   }
 };
 

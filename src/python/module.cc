@@ -1,6 +1,7 @@
 // The polyops._C extension: the generated op functions plus the framework
 // functions that python/polyops wraps.
 #include <string>
+#include <vector>
 
 #include "python/binding_support.h"
 #include "python/torch_library.h"
@@ -139,6 +140,27 @@ PYBIND11_MODULE(_C, module) {
         return InfoDict(total);
       },
       py::arg("op") = py::none());
+  // Testing hook: makes the constructors of `slots` of `op` on `device`
+  // raise NotImplementedError (an empty list restores them), to exercise the
+  // automatic fallback (Operator<Key>::Get). Affects cache misses only:
+  // clear the cache around its use.
+  module.def(
+      "_refuse_implementations",
+      [](const std::string& op, const std::string& device,
+         const std::vector<int>& slots) {
+        OpState& state = LookUpOp(op, "_refuse_implementations");
+        const Device::Type type =
+            LookUpDevice(device, "_refuse_implementations");
+        uint32_t mask = 0;
+        for (int slot : slots) {
+          POLYOPS_CHECK(slot >= 0 && slot < kMaxImplementations,
+                        "polyops._refuse_implementations: slot must be in [0, ",
+                        kMaxImplementations, "), got ", slot);
+          mask |= 1u << slot;
+        }
+        state.SetRefusedForTesting(type, mask);
+      },
+      py::arg("op"), py::arg("device"), py::arg("slots"));
   module.def("_set_cache_capacity", &SetCacheCapacity, py::arg("n"));
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
