@@ -2,6 +2,7 @@
 // functions that python/polyops wraps.
 #include <string>
 
+#include "cpu/gemm_kernels.h"
 #include "python/binding_support.h"
 #include "python/torch_library.h"
 
@@ -139,6 +140,10 @@ PYBIND11_MODULE(_C, module) {
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
   });
+  // Which CPU matmul/gemm/linear path this thread's last call took
+  // (benchmarks/gemm.py prints it).
+  module.def("_cpu_gemm_path",
+             [] { return std::string(cpu::LastGemmPath()); });
 
   py::list built;
   built.append("cpu");
