@@ -303,19 +303,21 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
+// `dot`: the kernel is the dot form (b column-major, as given or packed).
 Blocking ChooseBlocking(int64_t m, int64_t n, int64_t k, bool dot) {
   const int64_t threads = std::max(1, omp_get_max_threads());
   Blocking blocking;
   if (m <= kSmallM) {
     // Decode: the weight streams from memory once; its column blocks are
-    // split over the threads (at least 4 blocks per thread to balance),
-    // and k is not split, so the sums stay in registers.
+    // split over the threads (at least 4 blocks per thread to balance).
+    // The dot form reads whole columns of b (rows of the weight), so k is
+    // not split and the sums stay in registers. The row form reads rows of
+    // b: k passes of 128 rows sweep the whole column block, so memory is
+    // read in runs of nc elements rather than one tile's width.
     blocking.mc = m;
-    blocking.nc = std::clamp<int64_t>(RoundUp((n + 4 * threads - 1) /
-                                                  (4 * threads),
-                                              64),
-                                      64, 512);
-    blocking.kc = k;
+    blocking.nc = std::clamp<int64_t>(
+        RoundUp((n + 4 * threads - 1) / (4 * threads), 64), 64, 512);
+    blocking.kc = dot ? k : std::min<int64_t>(k, 128);
   } else {
     // Larger products: a block of a (mc x kc, bfloat16: 128 KiB) stays
     // in L2 while the kernel sweeps it against each column tile of b,
@@ -329,86 +331,142 @@ Blocking ChooseBlocking(int64_t m, int64_t n, int64_t k, bool dot) {
   return blocking;
 }
 
-// The product as tasks of mc x nc output blocks, each summed over k in kc
-// passes into a float32 block, then scaled, given its beta * c term and
-// rounded once into out.
+// Everything one output block needs: the oriented operands, out and c, the
+// scaling and the blocking.
 template <typename T, typename E>
-void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
-                const GemmMatrix& c_m, float alpha, float beta, const T* c,
-                T* out) {
-  const bool dot = o.b_col_major;
-  const Blocking blk = ChooseBlocking(o.m, o.n, o.k, dot);
-  const int64_t m_blocks = (o.m + blk.mc - 1) / blk.mc;
-  const int64_t n_blocks = (o.n + blk.nc - 1) / blk.nc;
-  const int64_t tasks = o.batch * n_blocks * m_blocks;
-  const int64_t pitch = RoundUp(blk.nc, 64);
-  const bool use_c = c != nullptr;
+struct BlockJob {
+  const Oriented<E>& o;
+  const GemmMatrix& out_m;
+  const GemmMatrix& c_m;
+  float alpha, beta;
+  const T* c;
+  T* out;
+  Blocking blk;
+  int64_t pitch;
+};
 
-  using Tr = std::conditional_t<std::is_same_v<E, float>, F32Traits, Bf16Traits>;
+// out[i0:i0+rows, j0:j0+cols] of matrix bi: summed over k in kc passes into
+// a float32 block, then scaled, given its beta * c term and rounded once.
+// b (leading dim ldb) is the matrix's b, or its column block j0 packed
+// column-major (then b_col0 = 0: its columns start at the block).
+template <typename T, typename E>
+void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0,
+                  int64_t j0, int64_t rows, int64_t cols, const E* b,
+                  int64_t ldb, bool dot, int64_t b_col0) {
+  using Tr =
+      std::conditional_t<std::is_same_v<E, float>, F32Traits, Bf16Traits>;
   static constexpr auto kDotTable =
       MakeDotTable<Tr>(std::make_integer_sequence<int, 16>());
   static constexpr auto kTall =
       MakeRowTable<E, 2>(std::make_integer_sequence<int, 8>());
   static constexpr auto kWide =
       MakeRowTable<E, 4>(std::make_integer_sequence<int, 4>());
+  const Oriented<E>& o = job.o;
+  const int64_t pitch = job.pitch;
   // Few rows: wider tiles, so each pass over b feeds more columns.
   const bool wide = o.m <= 4;
   const int64_t row_tile = dot ? 4 : (wide ? 4 : 8);
   const int64_t col_tile = dot ? 4 : (wide ? 64 : 32);
+  thread_local std::vector<float> block;
+  block.resize(static_cast<size_t>(job.blk.mc * pitch));
+  const E* a = o.a + bi * o.a_batch + i0 * o.lda;
+  for (int64_t p0 = 0; p0 < o.k; p0 += job.blk.kc) {
+    const int64_t kc = std::min(job.blk.kc, o.k - p0);
+    const bool accumulate = p0 > 0;
+    for (int64_t jr = 0; jr < cols; jr += col_tile) {
+      const int64_t nr = std::min(col_tile, cols - jr);
+      for (int64_t ir = 0; ir < rows; ir += row_tile) {
+        const int64_t mr = std::min(row_tile, rows - ir);
+        float* dst = block.data() + ir * pitch + jr;
+        const E* ap = a + ir * o.lda + p0;
+        if (dot) {
+          kDotTable[(mr - 1) * 4 + (nr - 1)](ap, o.lda,
+                                             b + (b_col0 + jr) * ldb + p0,
+                                             ldb, kc, dst, pitch, accumulate);
+        } else {
+          const auto* table = wide ? kWide.data() : kTall.data();
+          table[mr - 1](ap, o.lda, b + p0 * ldb + b_col0 + jr, ldb, kc,
+                        static_cast<int>(nr), dst, pitch, accumulate);
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = block.data() + r * pitch;
+    if (job.alpha != 1.0f) {
+      for (int64_t j = 0; j < cols; ++j) row[j] *= job.alpha;
+    }
+    if (job.c != nullptr) {
+      const T* c_row =
+          job.c + bi * job.c_m.batch_stride + (i0 + r) * job.c_m.row_stride;
+      for (int64_t j = 0; j < cols; ++j) {
+        row[j] += job.beta * Load(c_row + (j0 + j) * job.c_m.col_stride);
+      }
+    }
+    StoreBlock(row,
+               job.out + bi * job.out_m.batch_stride +
+                   (i0 + r) * job.out_m.row_stride +
+                   j0 * job.out_m.col_stride,
+               job.out_m.col_stride, cols);
+  }
+}
 
-  const auto task = [&](int64_t t) {
-    thread_local std::vector<float> block;
-    block.resize(static_cast<size_t>(blk.mc * pitch));
-    const int64_t ib = t % m_blocks;
-    const int64_t jb = (t / m_blocks) % n_blocks;
-    const int64_t bi = t / (m_blocks * n_blocks);
-    const int64_t i0 = ib * blk.mc;
-    const int64_t j0 = jb * blk.nc;
-    const int64_t rows = std::min(blk.mc, o.m - i0);
-    const int64_t cols = std::min(blk.nc, o.n - j0);
-    const E* a = o.a + bi * o.a_batch + i0 * o.lda;
-    const E* b = o.b + bi * o.b_batch;
-    for (int64_t p0 = 0; p0 < o.k; p0 += blk.kc) {
-      const int64_t kc = std::min(blk.kc, o.k - p0);
-      const bool accumulate = p0 > 0;
-      for (int64_t jr = 0; jr < cols; jr += col_tile) {
-        const int64_t nr = std::min(col_tile, cols - jr);
-        for (int64_t ir = 0; ir < rows; ir += row_tile) {
-          const int64_t mr = std::min(row_tile, rows - ir);
-          float* dst = block.data() + ir * pitch + jr;
-          const E* ap = a + ir * o.lda + p0;
-          if (dot) {
-            kDotTable[(mr - 1) * 4 + (nr - 1)](
-                ap, o.lda, b + (j0 + jr) * o.ldb + p0, o.ldb, kc, dst, pitch,
-                accumulate);
-          } else {
-            const auto& table = wide ? kWide.data() : kTall.data();
-            table[mr - 1](ap, o.lda, b + p0 * o.ldb + j0 + jr, o.ldb, kc,
-                          static_cast<int>(nr), dst, pitch, accumulate);
-          }
-        }
-      }
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = block.data() + r * pitch;
-      if (alpha != 1.0f) {
-        for (int64_t j = 0; j < cols; ++j) row[j] *= alpha;
-      }
-      if (use_c) {
-        const T* c_row =
-            c + bi * c_m.batch_stride + (i0 + r) * c_m.row_stride;
-        for (int64_t j = 0; j < cols; ++j) {
-          row[j] += beta * Load(c_row + (j0 + j) * c_m.col_stride);
-        }
-      }
-      StoreBlock(row,
-                 out + bi * out_m.batch_stride + (i0 + r) * out_m.row_stride +
-                     j0 * out_m.col_stride,
-                 out_m.col_stride, cols);
-    }
-  };
+// The product as tasks of mc x nc output blocks over the threads. A
+// row-major b with more than kSmallM rows of a is packed column-major, a
+// plain copy done once per element of b, nc columns at a time, so the dot
+// form runs it: the row form re-reads b's strided rows for every row
+// block.
+template <typename T, typename E>
+void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
+                const GemmMatrix& c_m, float alpha, float beta, const T* c,
+                T* out) {
+  const bool pack = !o.b_col_major && o.m > kSmallM;
+  const bool dot = o.b_col_major || pack;
+  const Blocking blk = ChooseBlocking(o.m, o.n, o.k, dot);
+  const BlockJob<T, E> job{o,   out_m, c_m, alpha, beta,
+                           c,   out,   blk, RoundUp(blk.nc, 64)};
+  const int64_t m_blocks = (o.m + blk.mc - 1) / blk.mc;
+  const int64_t n_blocks = (o.n + blk.nc - 1) / blk.nc;
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
-  ParallelFor(tasks, work >= 65536.0 * 4, task);
+  const bool parallel = work >= 65536.0 * 4;
+  if (!pack) {
+    ParallelFor(o.batch * n_blocks * m_blocks, parallel, [&](int64_t t) {
+      const int64_t ib = t % m_blocks;
+      const int64_t jb = (t / m_blocks) % n_blocks;
+      const int64_t bi = t / (m_blocks * n_blocks);
+      const int64_t i0 = ib * blk.mc;
+      const int64_t j0 = jb * blk.nc;
+      ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0),
+                   std::min(blk.nc, o.n - j0), o.b + bi * o.b_batch, o.ldb,
+                   dot, j0);
+    });
+    return;
+  }
+  // One task per column strip (nc columns of one matrix): pack the strip,
+  // then run every row block against it. No task waits for another.
+  ParallelFor(o.batch * n_blocks, parallel, [&](int64_t t) {
+    const int64_t bi = t / n_blocks;
+    const int64_t j0 = t % n_blocks * blk.nc;
+    const int64_t cols = std::min(blk.nc, o.n - j0);
+    thread_local std::vector<E> packed;
+    packed.resize(static_cast<size_t>(cols * o.k));
+    const E* src = o.b + bi * o.b_batch + j0;
+    // packed[j][p] = b[p][j0 + j], in 16 x 64 pieces that stay in L1.
+    for (int64_t jg = 0; jg < cols; jg += 16) {
+      const int64_t jend = std::min<int64_t>(cols, jg + 16);
+      for (int64_t p0 = 0; p0 < o.k; p0 += 64) {
+        const int64_t pend = std::min<int64_t>(o.k, p0 + 64);
+        for (int64_t j = jg; j < jend; ++j) {
+          E* dst = packed.data() + j * o.k;
+          for (int64_t p = p0; p < pend; ++p) dst[p] = src[p * o.ldb + j];
+        }
+      }
+    }
+    for (int64_t i0 = 0; i0 < o.m; i0 += blk.mc) {
+      ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0), cols,
+                   packed.data(), o.k, true, 0);
+    }
+  });
 }
 
 }  // namespace
@@ -457,7 +515,10 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
     RunBlocked<T, E>(o, out_m, c_m, alpha, beta,
                      use_c ? static_cast<const T*>(c) : nullptr,
                      static_cast<T*>(out));
-    last_path = is_bf16 ? (o.b_col_major ? "bf16-dot" : "bf16-pair")
+    const bool packed = !o.b_col_major && o.m > kSmallM;
+    last_path = is_bf16 ? (o.b_col_major ? "bf16-dot"
+                           : packed      ? "bf16-packed-dot"
+                                         : "bf16-pair")
                         : (o.b_col_major ? "f32-dot" : "f32-axpy");
   };
   if (is_bf16) {

@@ -24,9 +24,9 @@ bool KernelGemm(const GemmLayout& layout, DataType dtype, float alpha,
                 void* out);
 
 // The path the last matmul/gemm/linear CPU call of this thread took, for
-// benchmarks: "bf16-dot", "bf16-pair" (AVX512-BF16 kernels), "f32-dot",
-// "f32-axpy" (AVX-512F kernels) or "openblas" (sgemm; float16/bfloat16
-// through float32 workspaces).
+// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed-dot" (AVX512-BF16
+// kernels), "f32-dot", "f32-axpy" (AVX-512F kernels) or "openblas" (sgemm;
+// float16/bfloat16 through float32 workspaces). See docs/cpu_gemm.md.
 const char* LastGemmPath();
 void SetLastGemmPath(const char* path);
 
