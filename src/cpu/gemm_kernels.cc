@@ -159,7 +159,7 @@ POLYOPS_INLINE std::array<__mmask16, NV> ColumnMasks(int cols) {
 }
 
 // acc rows (16 * NV float columns each) into dst rows, added when
-// `accumulate`. dst rows are padded to whole vectors (see RunBlocked).
+// `accumulate`. dst rows are padded to whole tiles (pitch: see RunBlocked).
 template <int MR, int NV>
 POLYOPS_TARGET_GEMM POLYOPS_INLINE void StoreTile(const __m512 (&acc)[MR][NV],
                                                   float* dst, int64_t ld_dst,
@@ -361,12 +361,24 @@ void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0,
       MakeRowTable<E, 2>(std::make_integer_sequence<int, 8>());
   static constexpr auto kWide =
       MakeRowTable<E, 4>(std::make_integer_sequence<int, 4>());
+  static constexpr auto kWider =
+      MakeRowTable<E, 8>(std::make_integer_sequence<int, 2>());
+  static constexpr auto kWidest =
+      MakeRowTable<E, 16>(std::make_integer_sequence<int, 1>());
   const Oriented<E>& o = job.o;
   const int64_t pitch = job.pitch;
-  // Few rows: wider tiles, so each pass over b feeds more columns.
-  const bool wide = o.m <= 4;
-  const int64_t row_tile = dot ? 4 : (wide ? 4 : 8);
-  const int64_t col_tile = dot ? 4 : (wide ? 64 : 32);
+  // Few rows: wider tiles (up to 256 columns, 16 accumulators), so a k
+  // pass reads long runs of each row of b.
+  const RowFn<E>* table = o.m == 1   ? kWidest.data()
+                          : o.m == 2 ? kWider.data()
+                          : o.m <= 4 ? kWide.data()
+                                     : kTall.data();
+  const int64_t row_tile = dot ? 4 : (o.m <= 4 ? o.m : 8);
+  const int64_t col_tile = dot           ? 4
+                           : o.m == 1    ? 256
+                           : o.m == 2    ? 128
+                           : o.m <= 4    ? 64
+                                         : 32;
   thread_local std::vector<float> block;
   block.resize(static_cast<size_t>(job.blk.mc * pitch));
   const E* a = o.a + bi * o.a_batch + i0 * o.lda;
@@ -384,7 +396,6 @@ void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0,
                                              b + (b_col0 + jr) * ldb + p0,
                                              ldb, kc, dst, pitch, accumulate);
         } else {
-          const auto* table = wide ? kWide.data() : kTall.data();
           table[mr - 1](ap, o.lda, b + p0 * ldb + b_col0 + jr, ldb, kc,
                         static_cast<int>(nr), dst, pitch, accumulate);
         }
@@ -423,8 +434,10 @@ void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
   const bool pack = !o.b_col_major && o.m > kSmallM;
   const bool dot = o.b_col_major || pack;
   const Blocking blk = ChooseBlocking(o.m, o.n, o.k, dot);
+  // Row tiles write whole vectors, up to 256 columns: the float32 block's
+  // rows are padded to that.
   const BlockJob<T, E> job{o,   out_m, c_m, alpha, beta,
-                           c,   out,   blk, RoundUp(blk.nc, 64)};
+                           c,   out,   blk, RoundUp(blk.nc, 256)};
   const int64_t m_blocks = (o.m + blk.mc - 1) / blk.mc;
   const int64_t n_blocks = (o.n + blk.nc - 1) / blk.nc;
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
