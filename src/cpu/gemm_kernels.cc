@@ -178,12 +178,13 @@ POLYOPS_TARGET_GEMM POLYOPS_INLINE void StoreTile(const __m512 (&acc)[MR][NV],
 // dst[i][0:16 * NV] (+)= sum over pairs p of a[i][2p:2p+2] . b[2p:2p+2][:].
 // Two rows of b are interleaved into (b[2p][j], b[2p + 1][j]) pairs in
 // registers, the layout vdpbf16ps multiplies, so b is read in place; a's
-// pair is one 32-bit broadcast. `cols` <= 16 * NV columns are valid.
-template <int MR, int NV>
-POLYOPS_TARGET_GEMM void PairTile(const uint16_t* a, int64_t lda,
-                                  const uint16_t* b, int64_t ldb, int64_t kc,
-                                  int cols, float* dst, int64_t ld_dst,
-                                  bool accumulate) {
+// pair is one 32-bit broadcast. `cols` <= 16 * NV columns are valid; a
+// full tile loads without masks (AVX-512 has 7 mask registers, and a mask
+// per load spills).
+template <int MR, int NV, bool kFull>
+POLYOPS_TARGET_GEMM POLYOPS_INLINE void PairTileBody(
+    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+    int64_t kc, int cols, float* dst, int64_t ld_dst, bool accumulate) {
   static_assert(NV % 2 == 0, "whole 32-column loads");
   constexpr int kChunks = NV / 2;
   // Element 2t of the low result is x[t], element 2t + 1 is y[t]; the high
@@ -196,33 +197,37 @@ POLYOPS_TARGET_GEMM void PairTile(const uint16_t* a, int64_t lda,
       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i idx_lo = _mm512_load_si512(kLo);
   const __m512i idx_hi = _mm512_load_si512(kHi);
-  __mmask32 masks[kChunks];
-  for (int c = 0; c < kChunks; ++c) {
+  const auto mask = [&](int c) {
     const int valid = std::clamp(cols - 32 * c, 0, 32);
-    masks[c] = static_cast<__mmask32>((1ull << valid) - 1);
-  }
+    return static_cast<__mmask32>((1ull << valid) - 1);
+  };
+  const auto load = [&](const uint16_t* row, int c) POLYOPS_TARGET_GEMM {
+    if constexpr (kFull) {
+      return _mm512_loadu_si512(row + 32 * c);
+    } else {
+      return _mm512_maskz_loadu_epi16(mask(c), row + 32 * c);
+    }
+  };
   __m512 acc[MR][NV];
   for (int i = 0; i < MR; ++i) {
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
   const auto step = [&](const uint16_t* r0, const uint16_t* r1, int64_t p,
                         bool odd) POLYOPS_TARGET_GEMM {
-    __m512i lo[kChunks], hi[kChunks];
-    for (int c = 0; c < kChunks; ++c) {
-      const __m512i x = _mm512_maskz_loadu_epi16(masks[c], r0 + 32 * c);
-      const __m512i y = odd ? _mm512_setzero_si512()
-                            : _mm512_maskz_loadu_epi16(masks[c], r1 + 32 * c);
-      lo[c] = _mm512_permutex2var_epi16(x, idx_lo, y);
-      hi[c] = _mm512_permutex2var_epi16(x, idx_hi, y);
-    }
+    __m512bh av[MR];
     for (int i = 0; i < MR; ++i) {
       uint32_t pair = 0;
       std::memcpy(&pair, a + i * lda + p, odd ? 2 : 4);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-      for (int c = 0; c < kChunks; ++c) {
-        acc[i][2 * c] = _mm512_dpbf16_ps(acc[i][2 * c], av, (__m512bh)lo[c]);
-        acc[i][2 * c + 1] =
-            _mm512_dpbf16_ps(acc[i][2 * c + 1], av, (__m512bh)hi[c]);
+      av[i] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i x = load(r0, c);
+      const __m512i y = odd ? _mm512_setzero_si512() : load(r1, c);
+      const __m512bh lo = (__m512bh)_mm512_permutex2var_epi16(x, idx_lo, y);
+      const __m512bh hi = (__m512bh)_mm512_permutex2var_epi16(x, idx_hi, y);
+      for (int i = 0; i < MR; ++i) {
+        acc[i][2 * c] = _mm512_dpbf16_ps(acc[i][2 * c], av[i], lo);
+        acc[i][2 * c + 1] = _mm512_dpbf16_ps(acc[i][2 * c + 1], av[i], hi);
       }
     }
   };
@@ -232,30 +237,61 @@ POLYOPS_TARGET_GEMM void PairTile(const uint16_t* a, int64_t lda,
   StoreTile<MR, NV>(acc, dst, ld_dst, accumulate);
 }
 
-// The float32 product with a row-major b: dst[i][:] (+)= sum over p of
-// a[i][p] * b[p][:], b's rows read in place.
 template <int MR, int NV>
-POLYOPS_TARGET_GEMM void AxpyTile(const float* a, int64_t lda, const float* b,
-                                  int64_t ldb, int64_t kc, int cols,
-                                  float* dst, int64_t ld_dst, bool accumulate) {
+POLYOPS_TARGET_GEMM void PairTile(const uint16_t* a, int64_t lda,
+                                  const uint16_t* b, int64_t ldb, int64_t kc,
+                                  int cols, float* dst, int64_t ld_dst,
+                                  bool accumulate) {
+  if (cols == 16 * NV) {
+    PairTileBody<MR, NV, true>(a, lda, b, ldb, kc, cols, dst, ld_dst,
+                               accumulate);
+  } else {
+    PairTileBody<MR, NV, false>(a, lda, b, ldb, kc, cols, dst, ld_dst,
+                                accumulate);
+  }
+}
+
+// The float32 product with a row-major b: dst[i][:] (+)= sum over p of
+// a[i][p] * b[p][:], b's rows read in place; full tiles without masks.
+template <int MR, int NV, bool kFull>
+POLYOPS_TARGET_GEMM POLYOPS_INLINE void AxpyTileBody(
+    const float* a, int64_t lda, const float* b, int64_t ldb, int64_t kc,
+    int cols, float* dst, int64_t ld_dst, bool accumulate) {
   const std::array<__mmask16, NV> masks = ColumnMasks<NV>(cols);
   __m512 acc[MR][NV];
   for (int i = 0; i < MR; ++i) {
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
   for (int64_t p = 0; p < kc; ++p) {
-    __m512 bv[NV];
+    __m512 av[MR];
+    for (int i = 0; i < MR; ++i) av[i] = _mm512_set1_ps(a[i * lda + p]);
     for (int v = 0; v < NV; ++v) {
-      bv[v] = _mm512_maskz_loadu_ps(masks[v], b + p * ldb + 16 * v);
-    }
-    for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i * lda + p]);
-      for (int v = 0; v < NV; ++v) {
-        acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+      const float* src = b + p * ldb + 16 * v;
+      __m512 bv;
+      if constexpr (kFull) {
+        bv = _mm512_loadu_ps(src);
+      } else {
+        bv = _mm512_maskz_loadu_ps(masks[v], src);
+      }
+      for (int i = 0; i < MR; ++i) {
+        acc[i][v] = _mm512_fmadd_ps(av[i], bv, acc[i][v]);
       }
     }
   }
   StoreTile<MR, NV>(acc, dst, ld_dst, accumulate);
+}
+
+template <int MR, int NV>
+POLYOPS_TARGET_GEMM void AxpyTile(const float* a, int64_t lda, const float* b,
+                                  int64_t ldb, int64_t kc, int cols,
+                                  float* dst, int64_t ld_dst, bool accumulate) {
+  if (cols == 16 * NV) {
+    AxpyTileBody<MR, NV, true>(a, lda, b, ldb, kc, cols, dst, ld_dst,
+                               accumulate);
+  } else {
+    AxpyTileBody<MR, NV, false>(a, lda, b, ldb, kc, cols, dst, ld_dst,
+                                accumulate);
+  }
 }
 
 // Tile function tables indexed by the tile's row (and column) count.
@@ -318,6 +354,14 @@ Blocking ChooseBlocking(int64_t m, int64_t n, int64_t k, bool dot) {
     blocking.nc = std::clamp<int64_t>(
         RoundUp((n + 4 * threads - 1) / (4 * threads), 64), 64, 512);
     blocking.kc = dot ? k : std::min<int64_t>(k, 128);
+    if (!dot && m <= 8) {
+      // A few rows of a: the product is one pass over b, best read in long
+      // runs. Each thread takes one wide column range, and passes of a few
+      // rows of b sweep it tile by tile, so the prefetchers see a few long
+      // streams (one per row of b) instead of a tile's width per row.
+      blocking.nc = RoundUp((n + threads - 1) / threads, 256);
+      blocking.kc = std::min<int64_t>(k, m <= 4 ? 4 : 16);
+    }
   } else {
     // Larger products: a block of a (mc x kc, bfloat16: 128 KiB) stays
     // in L2 while the kernel sweeps it against each column tile of b,
