@@ -350,7 +350,7 @@ def test_kernel_paths_taken(gen):
     for call, form in [(linear, "dot"), (matmul, None)]:
         expected = [
             (BF16, 1, "bf16-dot" if form else "bf16-pair"),
-            (BF16, 100, "bf16-dot" if form else "bf16-packed-dot"),
+            (BF16, 100, "bf16-packed-dot"),
             (F32, 32, "f32-dot" if form else "f32-axpy"),
             (F32, 33, "openblas"),
             (F16, 1, "openblas"),

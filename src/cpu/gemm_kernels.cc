@@ -466,16 +466,17 @@ void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0,
   }
 }
 
-// The product as tasks of mc x nc output blocks over the threads. A
-// row-major b with more than kSmallM rows of a is packed column-major, a
-// plain copy done once per element of b, nc columns at a time, so the dot
-// form runs it: the row form re-reads b's strided rows for every row
-// block.
+// The product as tasks of mc x nc output blocks over the threads. With
+// more than kSmallM rows of a, b is packed column-major with a padded
+// stride, nc columns at a time (a plain copy, once per element of b,
+// amortized over the rows of a): a row-major b so the dot form runs it
+// (the row form re-reads b's strided rows for every row block), a
+// column-major one so its columns do not alias in L1.
 template <typename T, typename E>
 void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
                 const GemmMatrix& c_m, float alpha, float beta, const T* c,
                 T* out) {
-  const bool pack = !o.b_col_major && o.m > kSmallM;
+  const bool pack = o.m > kSmallM;
   const bool dot = o.b_col_major || pack;
   const Blocking blk = ChooseBlocking(o.m, o.n, o.k, dot);
   // Row tiles write whole vectors, up to 256 columns: the float32 block's
@@ -505,23 +506,42 @@ void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
     const int64_t bi = t / n_blocks;
     const int64_t j0 = t % n_blocks * blk.nc;
     const int64_t cols = std::min(blk.nc, o.n - j0);
+    // Columns of the packed strip are ld elements apart: k rounded up to a
+    // cache line plus one more, so a tile's 4 columns do not all fall in
+    // one L1 set when k is a multiple of 2048 (4 KiB apart).
+    const int64_t ld = RoundUp(o.k, 64 / sizeof(E)) + 64 / sizeof(E);
     thread_local std::vector<E> packed;
-    packed.resize(static_cast<size_t>(cols * o.k));
+    packed.resize(static_cast<size_t>(cols * ld));
+    if (o.b_col_major) {
+      // Columns of b are contiguous already: copied to the padded stride.
+      const E* src = o.b + bi * o.b_batch + j0 * o.ldb;
+      for (int64_t j = 0; j < cols; ++j) {
+        std::memcpy(packed.data() + j * ld, src + j * o.ldb,
+                    o.k * sizeof(E));
+      }
+    }
     const E* src = o.b + bi * o.b_batch + j0;
-    // packed[j][p] = b[p][j0 + j], in 16 x 64 pieces that stay in L1.
-    for (int64_t jg = 0; jg < cols; jg += 16) {
-      const int64_t jend = std::min<int64_t>(cols, jg + 16);
-      for (int64_t p0 = 0; p0 < o.k; p0 += 64) {
-        const int64_t pend = std::min<int64_t>(o.k, p0 + 64);
-        for (int64_t j = jg; j < jend; ++j) {
-          E* dst = packed.data() + j * o.k;
-          for (int64_t p = p0; p < pend; ++p) dst[p] = src[p * o.ldb + j];
+    // packed[j][p] = b[p][j0 + j], through 32 x 32 tiles, 32 rows of b at
+    // a time: each row's run across the strip is read once, in order
+    // (column by column, rows ldb apart thrash one L1 set and the TLB).
+    constexpr int64_t kT = 32;
+    alignas(64) E tile[kT][kT];
+    for (int64_t p0 = 0; !o.b_col_major && p0 < o.k; p0 += kT) {
+      const int64_t pn = std::min(kT, o.k - p0);
+      for (int64_t jg = 0; jg < cols; jg += kT) {
+        const int64_t jn = std::min(kT, cols - jg);
+        for (int64_t p = 0; p < pn; ++p) {
+          std::memcpy(tile[p], src + (p0 + p) * o.ldb + jg, jn * sizeof(E));
+        }
+        for (int64_t j = 0; j < jn; ++j) {
+          E* dst = packed.data() + (jg + j) * ld + p0;
+          for (int64_t p = 0; p < pn; ++p) dst[p] = tile[p][j];
         }
       }
     }
     for (int64_t i0 = 0; i0 < o.m; i0 += blk.mc) {
       ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0), cols,
-                   packed.data(), o.k, true, 0);
+                   packed.data(), ld, true, 0);
     }
   });
 }
@@ -572,10 +592,10 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
     RunBlocked<T, E>(o, out_m, c_m, alpha, beta,
                      use_c ? static_cast<const T*>(c) : nullptr,
                      static_cast<T*>(out));
-    const bool packed = !o.b_col_major && o.m > kSmallM;
-    last_path = is_bf16 ? (o.b_col_major ? "bf16-dot"
-                           : packed      ? "bf16-packed-dot"
-                                         : "bf16-pair")
+    const bool packed = o.m > kSmallM;
+    last_path = is_bf16 ? (packed          ? "bf16-packed-dot"
+                           : o.b_col_major ? "bf16-dot"
+                                           : "bf16-pair")
                         : (o.b_col_major ? "f32-dot" : "f32-axpy");
   };
   if (is_bf16) {
