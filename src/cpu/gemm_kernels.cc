@@ -566,7 +566,6 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
   const bool swap = l.a_blas.trans;
   if (swap && !l.b_blas.trans) return false;
   const int64_t m = swap ? l.n : l.m;
-  if (!is_bf16 && m > kSmallM) return false;
 
   GemmMatrix out_m = l.out;
   GemmMatrix c_m = l.c;
@@ -598,7 +597,9 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
     last_path = is_bf16 ? (packed          ? "bf16-packed-dot"
                            : o.b_col_major ? "bf16-dot"
                                            : "bf16-pair")
-                        : (o.b_col_major ? "f32-dot" : "f32-axpy");
+                        : (packed          ? "f32-packed-dot"
+                           : o.b_col_major ? "f32-dot"
+                                           : "f32-axpy");
   };
   if (is_bf16) {
     run(TypeTag<BFloat16>{}, uint16_t{});
