@@ -4,39 +4,48 @@ For each case (op, dtype, m x n x k) measures in one process, interleaved, on
 the same tensors:
 
 * ``polyops.matmul(a, b, out=o)`` against ``torch.matmul(a, b, out=o_ref)``,
-  a [m, k], b [k, n];
+  a [m, k], b [k, n] (b row-major: the kernels' "pair"/"axpy" form);
 * ``polyops.gemm(a, b, c, alpha=0.5, beta=2.0, out=o)`` against
   ``torch.addmm(c, a, b, beta=2.0, alpha=0.5, out=o_ref)``, c [m, n];
 * ``polyops.linear(x, w, bias, out=o)`` against
   ``torch.nn.functional.linear(x, w, bias)`` (torch has no ``out=`` there, so
-  its figure includes allocating the result), x [m, k], w [n, k], bias [n].
+  its figure includes allocating the result), x [m, k], w [n, k], bias [n]
+  (w is the column-major b of the kernels' "dot" form).
 
-Cases: float32 at 1024^3 (m = n = k = 1024), bfloat16 at 1024^3 as an extra
-row without a target, and float32 at 4096^3 only with ``--large`` (about a
-second per call on a small machine). Every candidate is checked against torch
-before anything is timed.
+Cases, float32 and bfloat16 each (the targets of issue 13):
+
+* decode: matmul and linear with m = 1, 8, 32 tokens, n = k = 4096;
+* square: matmul, gemm and linear at 1024^3;
+* llama-mlp: matmul and linear at m x n x k = 4096 x 11008 x 4096 (a Llama
+  MLP up-projection over 4096 tokens; about 2 s per float32 call on 2
+  cores), skipped by ``--no-large``.
+
+Every candidate is checked against torch before anything is timed, and the
+"path" column says which polyops CPU path ran: ``bf16-dot`` / ``bf16-pair`` /
+``bf16-packed-dot`` (own AVX512-BF16 kernels), ``f32-dot`` / ``f32-axpy`` /
+``f32-packed-dot`` (own AVX-512F kernels) or ``openblas`` (sgemm; see
+docs/cpu_gemm.md).
 
 GFLOP/s = 2 * m * n * k / median seconds per call / 1e9 (the alpha/beta/bias
-terms are not counted). "ratio" = median over repeats of torch_time /
+terms are not counted); GB/s = bytes of a, b and out / median seconds (what
+bounds the decode rows). "ratio" = median over repeats of torch_time /
 polyops_time (samples taken side by side), so > 1 means polyops is faster.
 
-Target (from the issue): float32 ratio >= 0.9 for each op; printed as
-PASS/MISS (exit status stays 0). polyops calls OpenBLAS, which has its own
-thread pool (OPENBLAS_NUM_THREADS), while torch uses its OpenMP pool
-(``--threads``); both default to all cores.
+Target: ratio >= 0.9 for every case, printed as PASS/MISS (exit status
+stays 0). Both libraries use ``--threads`` threads (default: all cores);
+polyops' OpenBLAS calls follow the same count.
 
 Usage::
 
-    python benchmarks/gemm.py                  # f32 + bf16 at 1024^3, JSON to benchmarks/results/
-    python benchmarks/gemm.py --quick          # smoke test (256^3, few repeats)
-    python benchmarks/gemm.py --large          # adds float32 at 4096^3
-    python benchmarks/gemm.py --repeats 11 --threads 1
+    python benchmarks/gemm.py                  # every case above, JSON to benchmarks/results/
+    python benchmarks/gemm.py --quick          # smoke test (m <= 8, n = k = 512; few repeats)
+    python benchmarks/gemm.py --no-large       # without the 4096 x 11008 x 4096 rows
+    python benchmarks/gemm.py --repeats 11 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -59,7 +68,7 @@ from _common import (
 
 import polyops
 
-#: float32 polyops must reach at least this fraction of torch's speed (torch_time / polyops_time).
+#: polyops must reach at least this fraction of torch's speed (torch_time / polyops_time).
 TARGET = 0.9
 ALPHA = 0.5
 BETA = 2.0
@@ -76,12 +85,12 @@ REFERENCES = {
 class Case:
     """One benchmark configuration."""
 
+    group: str
     op: str
     dtype: str
     m: int
     n: int
     k: int
-    targeted: bool
 
     @property
     def shape(self) -> str:
@@ -90,6 +99,12 @@ class Case:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of a, b and out, each touched once (the decode rows' memory floor)."""
+        size = DTYPES[self.dtype].itemsize
+        return size * (self.m * self.k + self.k * self.n + self.m * self.n)
 
 
 def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Callable[[], Any]]:
@@ -154,12 +169,23 @@ def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Calla
 
 def cases_for(args: argparse.Namespace) -> list[Case]:
     """The cases to run for the command line."""
+    dtypes = ["f32"] if args.no_bf16 else ["f32", "bf16"]
+    decode_nk = 512 if args.quick else 4096
+    decode_ms = (1, 8) if args.quick else (1, 8, 32)
     size = args.size
-    found = [Case(op, "f32", size, size, size, True) for op in OPS]
-    if args.large:
-        found += [Case(op, "f32", 4096, 4096, 4096, True) for op in OPS]
-    if not args.no_bf16:
-        found += [Case(op, "bf16", size, size, size, False) for op in OPS]
+    found = [
+        Case("decode", op, dt, m, decode_nk, decode_nk)
+        for dt in dtypes
+        for op in ("linear", "matmul")
+        for m in decode_ms
+    ]
+    found += [Case("square", op, dt, size, size, size) for dt in dtypes for op in OPS]
+    if not (args.quick or args.no_large):
+        found += [
+            Case("llama-mlp", op, dt, 4096, 11008, 4096)
+            for dt in dtypes
+            for op in ("linear", "matmul")
+        ]
     return found
 
 
@@ -167,13 +193,14 @@ def bench_case(case: Case, *, repeats: int, target_s: float) -> dict[str, Any]:
     """Check, then time polyops and torch interleaved for one case."""
     mine_timer, ref_timer, check = build(case)
     check()
+    path = polyops._C._cpu_gemm_path()
     mine_name = f"polyops.{case.op}(out=)"
     ref_name = REFERENCES[case.op]
-    big = case.flops >= 2 * 4096**3
+    big = case.flops >= 2 * 2048**3
     timings = measure(
         {mine_name: mine_timer, ref_name: ref_timer},
         repeats=repeats,
-        # One call per sample at 4096^3 (about a second each here); warm-up is the check.
+        # One call per sample for the large cases (seconds each); warm-up is the check.
         number=1 if big else None,
         target_s=target_s,
         warmup=1 if big else 3,
@@ -182,10 +209,11 @@ def bench_case(case: Case, *, repeats: int, target_s: float) -> dict[str, Any]:
     ratio = paired_ratio(ref, mine)
     return {
         "case": case,
+        "path": path,
         "mine": mine,
         "ref": ref,
         "ratio": ratio,
-        "result": verdict(ratio >= TARGET) if case.targeted else None,
+        "result": verdict(ratio >= TARGET),
     }
 
 
@@ -193,26 +221,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog=f"Target: float32 torch_time / polyops_time >= {TARGET:g} per op (PASS/MISS).",
+        epilog=f"Target: torch_time / polyops_time >= {TARGET:g} per case (PASS/MISS).",
     )
     parser.add_argument(
         "--size",
         type=positive_int,
         default=None,
-        help="m = n = k of the main cases (default 1024; --quick: 256)",
+        help="m = n = k of the square cases (default 1024; --quick: 256)",
     )
     parser.add_argument(
-        "--large", action="store_true", help="also float32 at 4096^3 (slow on small machines)"
+        "--no-large",
+        action="store_true",
+        help="skip the 4096 x 11008 x 4096 rows (seconds per call on small machines)",
     )
-    parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 extra rows")
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 rows")
     add_run_arguments(
         parser,
         __file__,
         repeats=(3, 7),
         sample_ms=(20.0, 200.0),
-        quick_help="smoke test: 256^3, 3 repeats (figures not meaningful against the target)",
-        threads_help="torch.set_num_threads(N) first (torch's pool only; OpenBLAS, which polyops "
-        "uses, reads OPENBLAS_NUM_THREADS at load time)",
+        quick_help="smoke test: small shapes, 3 repeats (figures not meaningful against the "
+        "target)",
+        threads_help="torch.set_num_threads(N) first (polyops follows torch's OpenMP count, "
+        "its OpenBLAS calls included)",
     )
     args = finish_run_arguments(parser.parse_args(argv))
     if args.size is None:
@@ -226,69 +257,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = cases_for(args)
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "
-        f"torch threads {torch.get_num_threads()} | "
-        f"OPENBLAS_NUM_THREADS {os.environ.get('OPENBLAS_NUM_THREADS')} | "
-        f"load {load_average()} |\n"
+        f"threads {torch.get_num_threads()} | load {load_average()} |\n"
         f"repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
         f"slots {polyops.implementations('matmul')}"
     )
     print()
 
-    results = [bench_case(c, repeats=args.repeats, target_s=args.sample_ms / 1e3) for c in cases]
+    results = []
+    for c in cases:
+        results.append(bench_case(c, repeats=args.repeats, target_s=args.sample_ms / 1e3))
+        r = results[-1]
+        print(f"  {c.group} {c.op} {c.dtype} {c.shape}: {r['path']}, {r['ratio']:.2f}x", flush=True)
+    print()
 
     rows: list[list[str]] = []
-    summary: list[list[str]] = []
     for r in results:
         case: Case = r["case"]
         mine: Timing = r["mine"]
         ref: Timing = r["ref"]
         rows.append(
             [
+                case.group,
                 case.op,
                 case.dtype,
                 case.shape,
+                r["path"],
                 f"{mine.median * 1e3:.3f}",
                 f"{case.flops / mine.median / 1e9:.1f}",
-                REFERENCES[case.op],
+                f"{case.bytes / mine.median / 1e9:.1f}",
                 f"{ref.median * 1e3:.3f}",
                 f"{case.flops / ref.median / 1e9:.1f}",
                 f"{r['ratio']:.2f}x",
                 f"{max(mine.spread, ref.spread) * 100:.0f}%",
+                r["result"],
             ]
         )
-        if case.targeted:
-            summary.append(
-                [
-                    case.op,
-                    case.dtype,
-                    case.shape,
-                    f"{r['ratio']:.2f}x",
-                    f">= {TARGET:g}x",
-                    r["result"],
-                ]
-            )
 
     print_table(
         [
+            "case",
             "op",
             "dtype",
             "m x n x k",
+            "polyops path",
             "polyops ms",
             "GFLOP/s",
-            "torch reference",
+            "GB/s",
             "torch ms",
             "GFLOP/s",
             "ratio",
             "noise",
+            f"target >= {TARGET:g}x",
         ],
         rows,
     )
-    print_table(["op", "dtype", "m x n x k", "ratio", "target", "result"], summary)
     print(
-        "ms = median per call; GFLOP/s = 2*m*n*k / median; ratio = median of per-repeat "
-        "torch_time/polyops_time (> 1: polyops faster);\nnoise = larger IQR/median of the "
-        "pair. bf16 rows have no target (polyops converts through float32 workspaces)."
+        "ms = median per call; GFLOP/s = 2*m*n*k / median; GB/s = bytes of a, b, out / median;\n"
+        "ratio = median of per-repeat torch_time/polyops_time (> 1: polyops faster); noise = "
+        "larger IQR/median of the pair.\ntorch references: "
+        + ", ".join(f"{op}: {ref}" for op, ref in REFERENCES.items())
     )
+    met = sum(r["result"] == "PASS" for r in results)
+    print(f"{met} of {len(results)} cases meet the target.")
     if args.quick:
         print("Quick mode: small matrices; PASS/MISS here is only a smoke test.")
 
@@ -298,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmark": "gemm",
             "settings": {
                 "size": args.size,
-                "large": args.large,
+                "large": not (args.quick or args.no_large),
                 "bf16": not args.no_bf16,
                 "repeats": args.repeats,
                 "sample_ms": args.sample_ms,
@@ -306,12 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "beta": BETA,
                 "quick": args.quick,
                 "threads": torch.get_num_threads(),
-                "openblas_num_threads_env": os.environ.get("OPENBLAS_NUM_THREADS"),
                 "slots": {str(k): v for k, v in polyops.implementations("matmul").items()},
             },
-            "target": {"min_ratio_torch_over_polyops": TARGET, "dtype": "f32"},
+            "target": {"min_ratio_torch_over_polyops": TARGET},
             "cases": [
                 {
+                    "group": r["case"].group,
                     "op": r["case"].op,
                     "dtype": r["case"].dtype,
                     "m": r["case"].m,
@@ -319,11 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "k": r["case"].k,
                     "flops": r["case"].flops,
                     "reference": REFERENCES[r["case"].op],
+                    "polyops_path": r["path"],
                     "ratio_torch_over_polyops": r["ratio"],
-                    "target": TARGET if r["case"].targeted else None,
+                    "target": TARGET,
                     "result": r["result"],
                     "polyops": {
                         "gflops": r["case"].flops / r["mine"].median / 1e9,
+                        "gbytes_per_s": r["case"].bytes / r["mine"].median / 1e9,
                         **r["mine"].as_dict(),
                     },
                     "torch": {

@@ -255,6 +255,133 @@ def test_linear_out_given(gen):
 
 
 # ---------------------------------------------------------------------------
+# The own AVX-512 kernels (src/cpu/gemm_kernels.cc, docs/cpu_gemm.md): shapes
+# that exercise their tiles, k tails, k passes and row/column blocks, in every
+# layout; on a CPU without the ISA the same cases run OpenBLAS.
+
+# (m, n, k): decode rows (m <= 32: b read in place), a k tail
+# under one vector, m past the decode blocking (two k passes of the dot form,
+# three of the pair form), several row and column blocks.
+KERNEL_SHAPES = [
+    (1, 1, 1),
+    (1, 7, 33),
+    (1, 300, 70),
+    (2, 65, 31),
+    (5, 70, 64),
+    (8, 129, 100),
+    (32, 100, 257),
+    parallel_param((33, 40, 1100), id="(33, 40, 1100)"),
+    parallel_param((70, 300, 1100), id="(70, 300, 1100)"),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tt", "tn"])
+@pytest.mark.parametrize("shape", KERNEL_SHAPES, ids=str)
+def test_kernel_shapes_and_layouts(shape, layout, dtype, gen):
+    """gemm with c, alpha and beta; trans flags give column-major a / b ("t")."""
+    m, n, k = shape
+    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
+    a = make_tensor((k, m) if trans_a else (m, k), dtype, gen)
+    b = make_tensor((n, k) if trans_b else (k, n), dtype, gen)
+    c = make_tensor((m, n), dtype, gen)
+    out = polyops.gemm(a, b, c, alpha=0.75, beta=-0.5, trans_a=trans_a, trans_b=trans_b)
+    expected = gemm_reference(a, b, c, alpha=0.75, beta=-0.5, trans_a=trans_a, trans_b=trans_b)
+    op_a = a.double().mT if trans_a else a.double()
+    op_b = b.double().mT if trans_b else b.double()
+    magnitude = 0.75 * (op_a.abs() @ op_b.abs()) + 0.5 * c.double().abs()
+    assert_product_close(out, expected, dtype, k, magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("rows", [1, 3, 8, 32, 33])
+def test_kernel_decode_linear(rows, dtype, gen):
+    """linear at decode rows with bias, into a column-major and a row-padded out."""
+    x = make_tensor((rows, 200), dtype, gen)
+    w = make_tensor((90, 200), dtype, gen)
+    bias = make_tensor((90,), dtype, gen)
+    expected = linear_reference(x, w, bias)
+    magnitude = mag_mm(x, w.T) + bias.double().abs()
+    for out in (
+        column_major(torch.empty(rows, 90, dtype=dtype)),
+        torch.empty(rows, 96, dtype=dtype)[:, :90],
+    ):
+        polyops.linear(x, w, bias, out=out)
+        assert_product_close(out, expected, dtype, 200, magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("b_shared", [False, True], ids=["batched_b", "shared_b"])
+@pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_col"])
+def test_kernel_batched(b_t, b_shared, dtype, gen):
+    """Batches of products spread over the kernels' tasks, b per matrix or shared."""
+    a = make_tensor((4, 40, 70), dtype, gen)  # m > 32: row-major b is packed
+    b = make_tensor((70, 40) if b_shared else (4, 70, 40), dtype, gen)
+    if b_t:
+        b = column_major(b)
+    out = polyops.matmul(a, b)
+    assert_product_close(out, ref_mm(a, b), dtype, 70, mag_mm(a, b))
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.mark.skipif(
+    not {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= _cpu_flags(),
+    reason="the own kernels need AVX-512 with AVX512-BF16",
+)
+def test_kernel_paths_taken(gen):
+    """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md)."""
+
+    def linear(dtype, m):
+        polyops.linear(make_tensor((m, 64), dtype, gen), make_tensor((16, 64), dtype, gen))
+
+    def matmul(dtype, m):
+        polyops.matmul(make_tensor((m, 64), dtype, gen), make_tensor((64, 16), dtype, gen))
+
+    for call, form in [(linear, "dot"), (matmul, None)]:
+        expected = [
+            (BF16, 1, "bf16-dot" if form else "bf16-pair"),
+            (BF16, 100, "bf16-packed-dot"),
+            (F32, 32, "f32-dot" if form else "f32-axpy"),
+            (F32, 33, "f32-packed-dot"),
+            (F16, 1, "openblas"),
+        ]
+        for dtype, m, path in expected:
+            call(dtype, m)
+            assert polyops._C._cpu_gemm_path() == path, (call.__name__, dtype, m)
+    # A column-major a with a row-major b has no kernel form.
+    polyops.matmul(column_major(make_tensor((4, 64), BF16, gen)), make_tensor((64, 16), BF16, gen))
+    assert polyops._C._cpu_gemm_path() == "openblas"
+
+
+@pytest.mark.parametrize(
+    "dtype, m",
+    [(F32, 1), (F32, 70), (BF16, 1), (BF16, 70)],
+    ids=["float32-1", "float32-70", "bfloat16-1", "bfloat16-70"],
+)
+def test_kernel_deterministic_across_threads(dtype, m, gen):
+    """The own kernels give bitwise the same result with 1 and 2 threads, and when repeated."""
+    n, k = 300, 1100
+    x, w = make_tensor((m, k), dtype, gen), make_tensor((n, k), dtype, gen)
+    b = make_tensor((k, n), dtype, gen)
+    results = []
+    for threads in (1, 2, 2):
+        torch.set_num_threads(threads)
+        results.append((polyops.linear(x, w), polyops.matmul(x, b)))
+    for other in results[1:]:
+        assert torch.equal(other[0], results[0][0]) and torch.equal(other[1], results[0][1])
+
+
+# ---------------------------------------------------------------------------
 # Bad inputs
 
 

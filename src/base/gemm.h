@@ -16,8 +16,9 @@ namespace polyops {
 // beta == 0 does not read c and alpha == 0 does not read a and b (their
 // NaNs do not propagate). out may be c itself (same data and strides):
 // the BLAS-style in-place accumulate c = alpha * op(a) @ op(b) + beta * c.
-// float32 runs OpenBLAS sgemm (alpha and beta rounded to float32);
-// float16/bfloat16 compute in float32 and round the result once.
+// Every dtype accumulates in float32 (alpha and beta rounded to float32)
+// and rounds the result once (CPU: own AVX-512 kernels or OpenBLAS sgemm,
+// see docs/cpu_gemm.md).
 //   a, b: 2-D or 3-D, float16, bfloat16 or float32, one dtype; each
 //         matrix row- or column-major (unit stride in one of its last two
 //         dims); the batch dim any stride.

@@ -13,8 +13,8 @@ namespace polyops {
 // out = input @ other, as torch.matmul for 2-D and 3-D operands:
 // [m, k] @ [k, n] -> [m, n]; [B, m, k] @ [B, k, n] -> [B, m, n]; a 2-D
 // operand, or a batch of 1, is shared by every matrix of the other's batch.
-// float32 runs OpenBLAS sgemm; float16/bfloat16 are converted to float32,
-// multiplied with float32 accumulation and rounded once.
+// Every dtype accumulates in float32 and rounds the result once (CPU: own
+// AVX-512 kernels or OpenBLAS sgemm, see docs/cpu_gemm.md).
 //   input, other: 2-D or 3-D, float16, bfloat16 or float32, one dtype; each
 //                 matrix row- or column-major (unit stride in one of its
 //                 last two dims, e.g. x.t()); the batch dim any stride.

@@ -15,6 +15,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "cpu/convert.h"
+#include "cpu/gemm_kernels.h"
 #include "cpu/parallel.h"
 
 namespace polyops::cpu {
@@ -195,6 +196,7 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
   if (l.batch == 0 || l.m == 0 || l.n == 0) return;
   const auto alpha_f = static_cast<float>(alpha);
   const auto beta_f = static_cast<float>(beta);
+  SetLastGemmPath("openblas");
   DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* ta = static_cast<const T*>(a);
@@ -203,6 +205,8 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
     T* tout = static_cast<T*>(out);
     if (l.k == 0 || alpha_f == 0.0f) {
       FillScaledC(l, beta_f, tc, tout);
+    } else if (KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
+      return;
     } else if constexpr (std::is_same_v<T, float>) {
       RunFloat(l, alpha_f, beta_f, ta, tb, tc, tout);
     } else {

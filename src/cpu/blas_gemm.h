@@ -1,4 +1,5 @@
-// The CPU matrix-product driver behind matmul, gemm and linear: OpenBLAS
+// The CPU matrix-product driver behind matmul, gemm and linear: polyops'
+// own AVX-512 kernels (cpu/gemm_kernels.h) where they apply, else OpenBLAS
 // sgemm (the scipy-openblas32 wheel) on float32 data, float16/bfloat16
 // converted through float32 workspaces.
 #ifndef POLYOPS_CPU_BLAS_GEMM_H_

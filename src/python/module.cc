@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_kernels.h"
 #include "python/binding_support.h"
 #include "python/torch_library.h"
 #ifdef POLYOPS_WITH_CUDA
@@ -165,6 +166,10 @@ PYBIND11_MODULE(_C, module) {
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
   });
+  // Which CPU matmul/gemm/linear path this thread's last call took
+  // (benchmarks/gemm.py prints it).
+  module.def("_cpu_gemm_path",
+             [] { return std::string(cpu::LastGemmPath()); });
 
   py::list built;
   built.append("cpu");

@@ -7,7 +7,8 @@
 
 namespace polyops {
 
-// Slot 0: OpenBLAS sgemm (see cpu/blas_gemm.cc).
+// Slot 0: own AVX-512 kernels where they apply, else OpenBLAS sgemm (see
+// cpu/blas_gemm.cc, docs/cpu_gemm.md).
 template <>
 class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
  public:

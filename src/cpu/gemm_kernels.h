@@ -1,0 +1,38 @@
+// polyops' own AVX-512 matrix-product kernels, run by BlasGemm ahead of
+// OpenBLAS: bfloat16 (AVX512-BF16 vdpbf16ps on the bfloat16 data in place:
+// no operand is converted) and float32 (FMA), every size. At decode sizes
+// sgemm is slow, and at large ones its own thread pool fights the OpenMP
+// pool that torch and polyops share.
+#ifndef POLYOPS_CPU_GEMM_KERNELS_H_
+#define POLYOPS_CPU_GEMM_KERNELS_H_
+
+#include "core/data_type.h"
+#include "core/gemm_layout.h"
+
+namespace polyops::cpu {
+
+// Products with at most this many rows (m, decode) read b in place; larger
+// ones pack it per column strip.
+inline constexpr int64_t kSmallM = 32;
+
+// out = alpha * a @ b (+ beta * c when layout.has_c and beta != 0) and
+// true, or false without touching out when no kernel applies (the CPU
+// lacks AVX-512 / AVX512-BF16, float16, or a column-major a with a
+// row-major b); the caller then runs OpenBLAS.
+// Requires batch, m, n, k >= 1 and alpha != 0. Sums run in float32 in an
+// order fixed by the shape alone (not the thread count).
+bool KernelGemm(const GemmLayout& layout, DataType dtype, float alpha,
+                float beta, const void* a, const void* b, const void* c,
+                void* out);
+
+// The path the last matmul/gemm/linear CPU call of this thread took, for
+// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed-dot" (AVX512-BF16
+// kernels), "f32-dot", "f32-axpy", "f32-packed-dot" (AVX-512F kernels) or
+// "openblas" (sgemm; float16/bfloat16 through float32 workspaces). See
+// docs/cpu_gemm.md.
+const char* LastGemmPath();
+void SetLastGemmPath(const char* path);
+
+}  // namespace polyops::cpu
+
+#endif  // POLYOPS_CPU_GEMM_KERNELS_H_
