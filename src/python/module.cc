@@ -168,8 +168,7 @@ PYBIND11_MODULE(_C, module) {
   });
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
-  module.def("_cpu_gemm_path",
-             [] { return std::string(cpu::LastGemmPath()); });
+  module.def("_cpu_gemm_path", [] { return std::string(cpu::LastGemmPath()); });
 
   py::list built;
   built.append("cpu");
