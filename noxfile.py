@@ -30,7 +30,7 @@ BUILD_TIMEOUT_S = 1500
 @nox.session
 def tests(session: nox.Session) -> None:
     """Build polyops against the session's torch and run every test (tests/ and .ci/tests/)."""
-    session.install(TORCH, OPENBLAS, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml")
+    session.install(TORCH, OPENBLAS, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml", "numpy")
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     config = []
     if nvcc:
