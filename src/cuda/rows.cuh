@@ -50,6 +50,22 @@ __device__ __forceinline__ float InverseRms(float sum_of_squares,
       __fsqrt_rn(__fdiv_rn(sum_of_squares, static_cast<float>(hidden)) + eps));
 }
 
+// Pass 2 of both norms: y = x * scale * w, each thread the elements of the
+// stride it read in pass 1 (so y may be x). The CPU slots' order of
+// operations.
+template <typename N, int kWidth>
+__device__ __forceinline__ void ScaleRow(const N* x, const N* w, N* y,
+                                         int64_t hidden, float scale) {
+  for (int64_t i = threadIdx.x * kWidth; i < hidden; i += blockDim.x * kWidth) {
+    float v[kWidth], g[kWidth];
+    LoadFloats<N, kWidth>(x + i, v);
+    LoadFloats<N, kWidth>(w + i, g);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) v[j] = v[j] * scale * g[j];
+    StoreFloats<N, kWidth>(y + i, v);
+  }
+}
+
 // The rows of a layout: the operands' offsets of row r, for r < count, in
 // the row-major order of the layout's first `ndim` dims (a kernel
 // parameter, made when the slot is constructed).

@@ -45,16 +45,7 @@ __global__ void __launch_bounds__(1024)
       *reinterpret_cast<Vector<N, kWidth>*>(x + i) = pack;
     }
     sum = BlockSum(sum, shared);
-    const float scale = InverseRms(sum, hidden, eps);
-    for (int64_t i = threadIdx.x * kWidth; i < hidden;
-         i += blockDim.x * kWidth) {
-      float v[kWidth], w[kWidth];
-      LoadFloats<N, kWidth>(x + i, v);
-      LoadFloats<N, kWidth>(gamma + i, w);
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[j] = v[j] * scale * w[j];
-      StoreFloats<N, kWidth>(y + i, v);
-    }
+    ScaleRow<N, kWidth>(x, gamma, y, hidden, InverseRms(sum, hidden, eps));
   }
 }
 
