@@ -276,3 +276,32 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
     assert result["hit_forbidden"] == []
     assert result["hit_launches"] == expected
     assert result["hit_setters"] > 0
+
+
+def test_a_missing_operator_is_a_runtime_error_naming_it(tmp_path):
+    from test_ascend import _copy_double
+
+    # An operator library without aclnn ops (nnopbase stands in for it).
+    broken = _copy_double(
+        tmp_path,
+        {
+            "libascendcl.so": "libascendcl.so",
+            "libnnopbase.so": "libnnopbase.so",
+            "libopapi.so": "libnnopbase.so",
+        },
+    )
+    message = run_child(
+        f"""
+        import os
+        os.environ["POLYOPS_CANN_LIB_DIR"] = {str(broken)!r}
+        logits = torch.randn(2, 10).to("npu")
+        u = torch.rand(2).to("npu")
+        try:
+            polyops.topk_topp_sampling(logits, 3, 0.9, uniform=u)
+            report(None)
+        except RuntimeError as error:
+            report(str(error))
+        """
+    )
+    assert message is not None
+    assert "aclnn" in message and "libopapi.so" in message and "from CANN" in message
