@@ -34,11 +34,15 @@ def sample(logits, k, p, u, **kwargs):
         put(logits), put(k), put(p), uniform=put(u), **kwargs).cpu()
 """
 
-# The launches of one call, in order, for float32 logits with an int32 (or scalar) top_k.
+# The launches of one call, in order, for float32 logits with an int32 (or scalar) top_k
+# (float16/bfloat16 logits add a leading aclnnCast, an int64 top_k a Clamp and a Cast;
+# the NanToNum and Clamp before ApplyTopKTopP bring top_p into [0, 1]).
 LAUNCHES = [
     "aclnnNanToNum",
     "aclnnFlip",
     "aclnnSort",
+    "aclnnNanToNum",
+    "aclnnClamp",
     "aclnnApplyTopKTopP",
     "aclnnSoftmax",
     "aclnnCumsum",
@@ -188,8 +192,9 @@ def test_out_of_range_values_give_defined_tokens_and_seed_is_refused():
         # 1 the last kept one (k = 3 keeps ids 1, 3, 2: id 2), NaN the top token.
         u = torch.tensor([-0.5, -1e30, 1.0, 1.5, math.inf, math.nan])
         out = {"u": sample(logits, 3, 1.0, u).tolist()}
-        # top_p tensor values are not checked: p <= 0 keeps only the top token, p > 1 or
-        # NaN filters nothing (u near 1 then draws the last token of the order, id 4).
+        # top_p is brought into [0, 1] (ApplyTopKTopP's range): p <= 0 keeps only the top
+        # token, p > 1 and NaN filter nothing (u near 1 then draws the last token of the
+        # order, id 4).
         p = torch.tensor([0.0, -1.0, 2.0, math.nan])
         out["p"] = sample(logits[:4], 0, p, torch.full((4,), ONE_MINUS)).tolist()
         try:
@@ -265,7 +270,7 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
     )
     expected = ["aclnnCast", *LAUNCHES]
     if k_kind == "int64":
-        at = expected.index("aclnnApplyTopKTopP")
+        at = expected.index("aclnnSort") + 1
         expected[at:at] = ["aclnnClamp", "aclnnCast"]
     assert result["failures"] == []
     assert result["bad"] == []

@@ -231,3 +231,15 @@ def test_gather_and_its_runtime_fault(cann):
     assert "index 40" in cann.error()
     f32_index = Arg(cann, index.float())
     cann.expect_fail(PARAM_INVALID, "aclnnGather", Arg(cann, x).desc, 1, f32_index.desc, out.desc)
+
+
+def test_apply_top_k_top_p_faults_on_p_outside_its_range(cann):
+    logits = Arg(cann, rand((3, 8), F32))
+    for bad in (1.5, -0.25, math.nan):
+        p = Arg(cann, torch.tensor([0.5, bad, 1.0]))
+        out = out_arg(cann, (3, 8), F32)
+        status, ws, ex = cann.phase_one("aclnnApplyTopKTopP", logits.desc, p.desc, None, out.desc)
+        assert status == 0
+        assert cann.launch("aclnnApplyTopKTopP", ws, ex) == 0
+        assert cann.sync_stream(None) == 507899
+        assert "p[1]" in cann.error() and "outside [0, 1]" in cann.error()

@@ -16,13 +16,14 @@
 namespace polyops {
 
 // Slot 0: aclnnApplyTopKTopP plus the sampling step, all on the device in
-// float32, in one RunSteps unit (up to 14 repeatable launches, no host copy
+// float32, in one RunSteps unit (up to 16 repeatable launches, no host copy
 // or synchronization after the instance's first call):
 //   X  = Cast(logits, FLOAT)              float16/bfloat16 only
 //   X' = NanToNum(X, nan = -M, posinf = M, neginf = -M), M = FLT_MAX
 //   Y  = Flip(X', dim 1)
 //   R, IR = Sort(Y, stable, ascending)
 //   k  = Cast(Clamp(top_k, 0, V), INT32)   int64 top_k tensors only
+//   p  = Clamp(NanToNum(top_p, nan = 1, posinf = 1, neginf = 0), 0, 1)
 //   F  = ApplyTopKTopP(R, p, k)           masked = -inf
 //   Q  = Softmax(F); A = Cumsum(Q)
 //   v  = 1 - Clamp(u, 0, 1 - 2^-24)       Clamp, then Rsubs
@@ -54,9 +55,9 @@ namespace polyops {
 // Values the CPU kernel rejects at read time cannot be checked without a
 // device-to-host copy: u is clamped to [0, 1 - 2^-24] (u < 0 acts as 0, u >=
 // 1 as the largest u, NaN u gives the top token in the double, unverified on
-// the chip); top_p tensor values are passed as they are (p <= 0 keeps the
-// top token, p > 1 or NaN disables the filter, ApplyTopKTopP's rule); int64
-// top_k values are clamped to [0, V] before the int32 cast.
+// the chip); top_p is brought into [0, 1], ApplyTopKTopP's documented range
+// (p <= 0 keeps the top token, p >= 1 and NaN filter nothing); int64 top_k
+// values are clamped to [0, V] before the int32 cast.
 // seed= is refused (NotImplementedError): SplitMix64 needs 64-bit integer
 // multiplies that no aclnn operator offers, and computing u on the host
 // needs an upload each call whose host buffer must outlive the queued copy.
@@ -123,6 +124,8 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     g_ = View(2, cols, col_strides, DataType::kInt64);
     k64_ = View(1, per_row, unit, DataType::kInt64);
     k32_ = View(1, per_row, unit, DataType::kInt32);
+    p32_ = View(1, per_row, unit, DataType::kFloat32);
+    p_raw_ = View(1, per_row, unit, DataType::kFloat32);
     a_at_ = place(b * v * 4);
     b_at_ = place(b * v * 4);
     positions_at_ = place(b * v * 8);
@@ -132,6 +135,8 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     g_at_ = place(b * 8);
     k64_at_ = place(b * 8);
     k32_at_ = place(b * 4);
+    p32_at_ = place(b * 4);
+    p_raw_at_ = place(b * 4);
     scratch_bytes_ = offset;
   }
 
@@ -216,17 +221,31 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
         &PrepareCastInt32,
         nullptr,
         cast};
-    const Step filter_with_k{&filter_,
-                             "aclnnApplyTopKTopP",
-                             {Operand::ScratchIn(b_, b_at_), Operand::In(p),
-                              Operand::In(k), Operand::Scratch(a_, a_at_)},
-                             &PrepareFilter,
-                             nullptr,
-                             filter};
+    const Step nan_p{&nan_p_,
+                     "aclnnNanToNum",
+                     {Operand::In(p), Operand::Scratch(p_raw_, p_raw_at_)},
+                     &PrepareNanToNumP,
+                     nullptr,
+                     nan_to_num};
+    const Step clamp_p{&clamp_p_,
+                       "aclnnClamp",
+                       {Operand::ScratchIn(p_raw_, p_raw_at_),
+                        Operand::Scratch(p32_, p32_at_)},
+                       &PrepareClampP,
+                       self,
+                       clamp};
+    const Step filter_with_k{
+        &filter_,
+        "aclnnApplyTopKTopP",
+        {Operand::ScratchIn(b_, b_at_), Operand::ScratchIn(p32_, p32_at_),
+         Operand::In(k), Operand::Scratch(a_, a_at_)},
+        &PrepareFilter,
+        nullptr,
+        filter};
     const Step filter_with_k32{
         &filter_,
         "aclnnApplyTopKTopP",
-        {Operand::ScratchIn(b_, b_at_), Operand::In(p),
+        {Operand::ScratchIn(b_, b_at_), Operand::ScratchIn(p32_, p32_at_),
          Operand::ScratchIn(k32_, k32_at_), Operand::Scratch(a_, a_at_)},
         &PrepareFilter,
         nullptr,
@@ -290,10 +309,10 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     if (k_int64_) {
       steps[count++] = clamp_k;
       steps[count++] = cast_k;
-      steps[count++] = filter_with_k32;
-    } else {
-      steps[count++] = filter_with_k;
     }
+    steps[count++] = nan_p;
+    steps[count++] = clamp_p;
+    steps[count++] = k_int64_ ? filter_with_k32 : filter_with_k;
     steps[count++] = softmax_step;
     steps[count++] = cumsum_step;
     steps[count++] = clamp_u;
@@ -375,6 +394,17 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     return get(t[0], -kMax, kMax, -kMax, t[1], workspace, executor);
   }
 
+  // The same for top_p: NaN and +inf filter nothing, -inf keeps the top token.
+  static AclnnStatus PrepareNanToNumP(void*, AclTensor* const* t,
+                                      uint64_t* workspace,
+                                      AclOpExecutor** executor) {
+    using Fn = AclnnStatus (*)(const AclTensor*, float, float, float,
+                               AclTensor*, uint64_t*, AclOpExecutor**);
+    static const auto get =
+        ascend::Phase1<Fn>("aclnnNanToNumGetWorkspaceSize", "8.0.RC1");
+    return get(t[0], 1.0f, 1.0f, 0.0f, t[1], workspace, executor);
+  }
+
   // aclnnFlip(self, dims, out).
   static AclnnStatus PrepareFlip(void* context, AclTensor* const* t,
                                  uint64_t* workspace,
@@ -416,6 +446,13 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
                                    AclOpExecutor** executor) {
     const Operator* self = Self(context);
     return Clamp(t, self->k_low_->get(), self->k_high_->get(), workspace,
+                 executor);
+  }
+  static AclnnStatus PrepareClampP(void* context, AclTensor* const* t,
+                                   uint64_t* workspace,
+                                   AclOpExecutor** executor) {
+    const Operator* self = Self(context);
+    return Clamp(t, self->u_low_->get(), self->one_float_->get(), workspace,
                  executor);
   }
   static AclnnStatus PrepareClampU(void* context, AclTensor* const* t,
@@ -519,17 +556,19 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
   std::optional<ascend::ScalarHandle> k_low_, k_high_, u_low_, u_high_,
       one_float_, last_id_, one_int_;
   // Scratch views (shapes only) and their byte offsets in the pool.
-  Tensor a_, b_, positions_, sequence_, w_, v_, m_, g_, k64_, k32_;
+  Tensor a_, b_, positions_, sequence_, w_, v_, m_, g_, k64_, k32_, p32_,
+      p_raw_;
   int64_t a_at_ = 0, b_at_ = 0, positions_at_ = 0, w_at_ = 0, v_at_ = 0,
-          m_at_ = 0, g_at_ = 0, k64_at_ = 0, k32_at_ = 0;
+          m_at_ = 0, g_at_ = 0, k64_at_ = 0, k32_at_ = 0, p32_at_ = 0,
+          p_raw_at_ = 0;
   int64_t scratch_bytes_ = 0;
   mutable std::mutex upload_mutex_;
   mutable std::atomic<bool> uploaded_{false};
   mutable ascend::DeviceBuffer k_memory_, p_memory_;
   mutable Tensor k_constant_, p_constant_;
   mutable ascend::ExecutorCache cast_, nan_to_num_, flip_, sort_, clamp_k_,
-      cast_k_, filter_, softmax_, cumsum_, clamp_u_, flip_u_, search_, gather_,
-      to_id_;
+      cast_k_, nan_p_, clamp_p_, filter_, softmax_, cumsum_, clamp_u_, flip_u_,
+      search_, gather_, to_id_;
 };
 
 }  // namespace polyops
