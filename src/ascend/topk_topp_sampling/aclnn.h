@@ -97,9 +97,13 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     one_float_.emplace(ascend::ScalarFloat(one_f));
     last_id_.emplace(rt.create_scalar(&last, ascend::AclDataType::kInt64));
     one_int_.emplace(rt.create_scalar(&one, ascend::AclDataType::kInt64));
-    POLYOPS_CHECK(
-        k_low_->get() && k_high_->get() && last_id_->get() && one_int_->get(),
-        "polyops.topk_topp_sampling: aclCreateScalar failed");
+    if (!k_low_->get() || !k_high_->get() || !last_id_->get() ||
+        !one_int_->get()) {
+      const char* message = rt.get_recent_err_msg();
+      throw BackendError(
+          detail::Concat("polyops.topk_topp_sampling: aclCreateScalar failed: ",
+                         message ? message : "(no message)"));
+    }
 
     // Scratch: two float32 [B, V] rows, the int64 sort positions, and the
     // small per-row values, each on a 512-byte boundary.
