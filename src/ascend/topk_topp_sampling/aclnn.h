@@ -3,12 +3,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "ascend/launch.h"
+#include "ascend/sampling.h"
 #include "base/topk_topp_sampling.h"
 #include "core/error.h"
 #include "core/operator.h"
@@ -105,6 +105,12 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
                          message ? message : "(no message)"));
     }
 
+    k_bounds_ = {k_low_->get(), k_high_->get()};
+    p_bounds_ = {u_low_->get(), one_float_->get()};
+    u_bounds_ = {u_low_->get(), u_high_->get()};
+    one_minus_ = {one_float_->get(), one_float_->get()};
+    last_minus_ = {last_id_->get(), one_int_->get()};
+
     // Scratch: two float32 [B, V] rows, the int64 sort positions, and the
     // small per-row values, each on a 512-byte boundary.
     const int64_t b = batch_, v = vocab_;
@@ -151,6 +157,7 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     if (batch_ == 0) return;
     using ascend::Operand;
     using ascend::Step;
+    namespace sampling = ascend::sampling;
     static const auto cast = ascend::Phase2("aclnnCast", "8.0.RC1");
     static const auto nan_to_num = ascend::Phase2("aclnnNanToNum", "8.0.RC1");
     static const auto flip = ascend::Phase2("aclnnFlip", "8.0.RC1");
@@ -180,70 +187,70 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     const Step cast_step{&cast_,
                          "aclnnCast",
                          {Operand::In(logits), Operand::Scratch(a_, a_at_)},
-                         &PrepareCastFloat,
+                         &sampling::PrepareCastFloat,
                          nullptr,
                          cast};
     const Step nan_from_logits{
         &nan_to_num_,
         "aclnnNanToNum",
         {Operand::In(logits), Operand::Scratch(b_, b_at_)},
-        &PrepareNanToNum,
+        &sampling::PrepareNanToNumLogits,
         nullptr,
         nan_to_num};
     const Step nan_from_cast{
         &nan_to_num_,
         "aclnnNanToNum",
         {Operand::ScratchIn(a_, a_at_), Operand::Scratch(b_, b_at_)},
-        &PrepareNanToNum,
+        &sampling::PrepareNanToNumLogits,
         nullptr,
         nan_to_num};
     const Step flip_step{
         &flip_,
         "aclnnFlip",
         {Operand::ScratchIn(b_, b_at_), Operand::Scratch(a_, a_at_)},
-        &PrepareFlip,
-        self,
+        &sampling::PrepareFlip,
+        &*self->flip_dims_,
         flip};
     const Step sort_step{
         &sort_,
         "aclnnSort",
         {Operand::ScratchIn(a_, a_at_), Operand::Scratch(b_, b_at_),
          Operand::Scratch(positions_, positions_at_)},
-        &PrepareSort,
+        &sampling::PrepareStableSortAscending,
         nullptr,
         sort};
     const Step clamp_k{&clamp_k_,
                        "aclnnClamp",
                        {Operand::In(k), Operand::Scratch(k64_, k64_at_)},
-                       &PrepareClampK,
-                       self,
+                       &sampling::PrepareClamp,
+                       &self->k_bounds_,
                        clamp};
     const Step cast_k{
         &cast_k_,
         "aclnnCast",
         {Operand::ScratchIn(k64_, k64_at_), Operand::Scratch(k32_, k32_at_)},
-        &PrepareCastInt32,
+        &sampling::PrepareCastInt32,
         nullptr,
         cast};
     const Step nan_p{&nan_p_,
                      "aclnnNanToNum",
                      {Operand::In(p), Operand::Scratch(p_raw_, p_raw_at_)},
-                     &PrepareNanToNumP,
+                     &sampling::PrepareNanToNumP,
                      nullptr,
                      nan_to_num};
     const Step clamp_p{&clamp_p_,
                        "aclnnClamp",
                        {Operand::ScratchIn(p_raw_, p_raw_at_),
                         Operand::Scratch(p32_, p32_at_)},
-                       &PrepareClampP,
-                       self,
+                       &sampling::PrepareClamp,
+                       &self->p_bounds_,
                        clamp};
     const Step filter_with_k{
         &filter_,
         "aclnnApplyTopKTopP",
         {Operand::ScratchIn(b_, b_at_), Operand::ScratchIn(p32_, p32_at_),
          Operand::In(k), Operand::Scratch(a_, a_at_)},
-        &PrepareFilter,
+        &sampling::PrepareApplyTopKTopP,
         nullptr,
         filter};
     const Step filter_with_k32{
@@ -251,42 +258,42 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
         "aclnnApplyTopKTopP",
         {Operand::ScratchIn(b_, b_at_), Operand::ScratchIn(p32_, p32_at_),
          Operand::ScratchIn(k32_, k32_at_), Operand::Scratch(a_, a_at_)},
-        &PrepareFilter,
+        &sampling::PrepareApplyTopKTopP,
         nullptr,
         filter};
     const Step softmax_step{
         &softmax_,
         "aclnnSoftmax",
         {Operand::ScratchIn(a_, a_at_), Operand::Scratch(b_, b_at_)},
-        &PrepareSoftmax,
+        &sampling::PrepareSoftmaxLastDim,
         nullptr,
         softmax};
     const Step cumsum_step{
         &cumsum_,
         "aclnnCumsum",
         {Operand::ScratchIn(b_, b_at_), Operand::Scratch(a_, a_at_)},
-        &PrepareCumsum,
+        &sampling::PrepareCumsumRows,
         nullptr,
         cumsum};
     const Step clamp_u{&clamp_u_,
                        "aclnnClamp",
                        {Operand::In(u), Operand::Scratch(w_, w_at_)},
-                       &PrepareClampU,
-                       self,
+                       &sampling::PrepareClamp,
+                       &self->u_bounds_,
                        clamp};
     const Step flip_u{
         &flip_u_,
         "aclnnRsubs",
         {Operand::ScratchIn(w_, w_at_), Operand::Scratch(v_, v_at_)},
-        &PrepareOneMinus,
-        self,
+        &sampling::PrepareRsubs,
+        &self->one_minus_,
         rsubs};
     const Step search_step{
         &search_,
         "aclnnSearchSorted",
         {Operand::ScratchIn(sequence_, a_at_), Operand::ScratchIn(v_, v_at_),
          Operand::Scratch(m_, m_at_)},
-        &PrepareSearch,
+        &sampling::PrepareSearchSortedLeft,
         nullptr,
         search};
     const Step gather_step{
@@ -294,14 +301,14 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
         "aclnnGather",
         {Operand::ScratchIn(positions_, positions_at_),
          Operand::ScratchIn(m_, m_at_), Operand::Scratch(g_, g_at_)},
-        &PrepareGather,
+        &sampling::PrepareGatherRows,
         nullptr,
         gather};
     const Step id_step{&to_id_,
                        "aclnnRsubs",
                        {Operand::ScratchIn(g_, g_at_), Operand::Out(token)},
-                       &PrepareLastMinus,
-                       self,
+                       &sampling::PrepareRsubs,
+                       &self->last_minus_,
                        rsubs};
 
     Step steps[ascend::kMaxSteps];
@@ -357,201 +364,6 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     uploaded_.store(true, std::memory_order_release);
   }
 
-  using AclTensor = ascend::AclTensor;
-  using AclOpExecutor = ascend::AclOpExecutor;
-  using AclScalar = ascend::AclScalar;
-  using AclnnStatus = ascend::AclnnStatus;
-
-  static Operator* Self(void* context) {
-    return static_cast<Operator*>(context);
-  }
-
-  // aclnnCast(self, dtype, out).
-  static AclnnStatus Cast(AclTensor* const* t, ascend::AclDataType dtype,
-                          uint64_t* workspace, AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, ascend::AclDataType,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnCastGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], dtype, t[1], workspace, executor);
-  }
-  static AclnnStatus PrepareCastFloat(void*, AclTensor* const* t,
-                                      uint64_t* workspace,
-                                      AclOpExecutor** executor) {
-    return Cast(t, ascend::AclDataType::kFloat, workspace, executor);
-  }
-  static AclnnStatus PrepareCastInt32(void*, AclTensor* const* t,
-                                      uint64_t* workspace,
-                                      AclOpExecutor** executor) {
-    return Cast(t, ascend::AclDataType::kInt32, workspace, executor);
-  }
-
-  // aclnnNanToNum(self, nan, posinf, neginf, out).
-  static AclnnStatus PrepareNanToNum(void*, AclTensor* const* t,
-                                     uint64_t* workspace,
-                                     AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, float, float, float,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnNanToNumGetWorkspaceSize", "8.0.RC1");
-    constexpr float kMax = std::numeric_limits<float>::max();
-    return get(t[0], -kMax, kMax, -kMax, t[1], workspace, executor);
-  }
-
-  // The same for top_p: NaN and +inf filter nothing, -inf keeps the top token.
-  static AclnnStatus PrepareNanToNumP(void*, AclTensor* const* t,
-                                      uint64_t* workspace,
-                                      AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, float, float, float,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnNanToNumGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], 1.0f, 1.0f, 0.0f, t[1], workspace, executor);
-  }
-
-  // aclnnFlip(self, dims, out).
-  static AclnnStatus PrepareFlip(void* context, AclTensor* const* t,
-                                 uint64_t* workspace,
-                                 AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, const ascend::AclIntArray*,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnFlipGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], Self(context)->flip_dims_->get(), t[1], workspace,
-               executor);
-  }
-
-  // aclnnSort(self, stable, dim, descending, valuesOut, indicesOut).
-  static AclnnStatus PrepareSort(void*, AclTensor* const* t,
-                                 uint64_t* workspace,
-                                 AclOpExecutor** executor) {
-    using Fn =
-        AclnnStatus (*)(const AclTensor*, bool, int64_t, bool, AclTensor*,
-                        AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnSortGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], /*stable=*/true, /*dim=*/-1, /*descending=*/false, t[1],
-               t[2], workspace, executor);
-  }
-
-  // aclnnClamp(self, clipValueMin, clipValueMax, out).
-  static AclnnStatus Clamp(AclTensor* const* t, const AclScalar* low,
-                           const AclScalar* high, uint64_t* workspace,
-                           AclOpExecutor** executor) {
-    using Fn =
-        AclnnStatus (*)(const AclTensor*, const AclScalar*, const AclScalar*,
-                        AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnClampGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], low, high, t[1], workspace, executor);
-  }
-  static AclnnStatus PrepareClampK(void* context, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    const Operator* self = Self(context);
-    return Clamp(t, self->k_low_->get(), self->k_high_->get(), workspace,
-                 executor);
-  }
-  static AclnnStatus PrepareClampP(void* context, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    const Operator* self = Self(context);
-    return Clamp(t, self->u_low_->get(), self->one_float_->get(), workspace,
-                 executor);
-  }
-  static AclnnStatus PrepareClampU(void* context, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    const Operator* self = Self(context);
-    return Clamp(t, self->u_low_->get(), self->u_high_->get(), workspace,
-                 executor);
-  }
-
-  // aclnnApplyTopKTopP(logits, p, k, out): p before k.
-  static AclnnStatus PrepareFilter(void*, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    using Fn =
-        AclnnStatus (*)(const AclTensor*, const AclTensor*, const AclTensor*,
-                        AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get = ascend::Phase1<Fn>(
-        "aclnnApplyTopKTopPGetWorkspaceSize", "8.2.RC1.alpha003");
-    return get(t[0], t[1], t[2], t[3], workspace, executor);
-  }
-
-  // aclnnSoftmax(self, dim, out).
-  static AclnnStatus PrepareSoftmax(void*, AclTensor* const* t,
-                                    uint64_t* workspace,
-                                    AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, int64_t, AclTensor*, uint64_t*,
-                               AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnSoftmaxGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], -1, t[1], workspace, executor);
-  }
-
-  // aclnnCumsum(self, dim, dtype, out).
-  static AclnnStatus PrepareCumsum(void*, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, int64_t, ascend::AclDataType,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnCumsumGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], 1, ascend::AclDataType::kFloat, t[1], workspace, executor);
-  }
-
-  // aclnnRsubs(self, other, alpha, out): other - alpha * self.
-  static AclnnStatus Rsubs(AclTensor* const* t, const AclScalar* other,
-                           const AclScalar* alpha, uint64_t* workspace,
-                           AclOpExecutor** executor) {
-    using Fn =
-        AclnnStatus (*)(const AclTensor*, const AclScalar*, const AclScalar*,
-                        AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnRsubsGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], other, alpha, t[1], workspace, executor);
-  }
-  static AclnnStatus PrepareOneMinus(void* context, AclTensor* const* t,
-                                     uint64_t* workspace,
-                                     AclOpExecutor** executor) {
-    const Operator* self = Self(context);
-    return Rsubs(t, self->one_float_->get(), self->one_float_->get(), workspace,
-                 executor);
-  }
-  static AclnnStatus PrepareLastMinus(void* context, AclTensor* const* t,
-                                      uint64_t* workspace,
-                                      AclOpExecutor** executor) {
-    const Operator* self = Self(context);
-    return Rsubs(t, self->last_id_->get(), self->one_int_->get(), workspace,
-                 executor);
-  }
-
-  // aclnnSearchSorted(sortedSequence, self, outInt32, right, sorter, out).
-  // sorter is the last input, so leaving it NULL shifts no setter index.
-  static AclnnStatus PrepareSearch(void*, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, const AclTensor*, bool, bool,
-                               const AclTensor*, AclTensor*, uint64_t*,
-                               AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnSearchSortedGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], /*outInt32=*/false, /*right=*/false, nullptr, t[2],
-               workspace, executor);
-  }
-
-  // aclnnGather(self, dim, index, out).
-  static AclnnStatus PrepareGather(void*, AclTensor* const* t,
-                                   uint64_t* workspace,
-                                   AclOpExecutor** executor) {
-    using Fn = AclnnStatus (*)(const AclTensor*, int64_t, const AclTensor*,
-                               AclTensor*, uint64_t*, AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnGatherGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], 1, t[1], t[2], workspace, executor);
-  }
-
   Device device_;
   bool k_int64_;
   bool k_scalar_;
@@ -559,6 +371,9 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
   std::optional<ascend::IntArrayHandle> flip_dims_;
   std::optional<ascend::ScalarHandle> k_low_, k_high_, u_low_, u_high_,
       one_float_, last_id_, one_int_;
+  // Their pairs as Clamp (min, max) and Rsubs (other, alpha) take them.
+  ascend::sampling::ScalarPair k_bounds_, p_bounds_, u_bounds_, one_minus_,
+      last_minus_;
   // Scratch views (shapes only) and their byte offsets in the pool.
   Tensor a_, b_, positions_, sequence_, w_, v_, m_, g_, k64_, k32_, p32_,
       p_raw_;
