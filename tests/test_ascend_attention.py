@@ -1,7 +1,8 @@
 """The Ascend attention slots (FusedInferAttentionScoreV3) on the CANN double: the
-host path read from the double's call log, lengths that change between calls of
-one instance, and the refusal of topk_topp_sampling. Each check runs in a fresh
-interpreter (``use_cann_double()`` is once per process), as in test_ascend.py.
+host path read from the double's call log and lengths that change between calls of
+one instance (topk_topp_sampling's slot has its own file, test_ascend_sampling.py).
+Each check runs in a fresh interpreter (``use_cann_double()`` is once per process),
+as in test_ascend.py.
 """
 
 from __future__ import annotations
@@ -185,17 +186,3 @@ def test_host_copies_must_be_cpu_tensors_and_lengths_are_checked():
     # On a device the host copy is not compared with the device tensor: its values decide.
     assert "sequence 1 has 41 kv tokens, more than its block_table row holds" in kv_too_long
     assert "cu_seqlens_q must end at the number of query tokens 8" in q_wrong_end
-
-
-def test_topk_topp_sampling_refuses_with_the_reason():
-    message = run_child(
-        """
-        logits = torch.randn(2, 50).to("npu")
-        try:
-            polyops.topk_topp_sampling(logits, 5, 0.9, seed=1)
-            report(None)
-        except NotImplementedError as error:
-            report(str(error))
-        """
-    )
-    assert message is not None and "npu" in message and "bit-exact" in message

@@ -340,7 +340,6 @@ void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
 
 void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
               const Step* steps, size_t count) {
-  constexpr size_t kMaxSteps = 8;
   POLYOPS_CHECK(count <= kMaxSteps, "polyops.", op, ": more than ", kMaxSteps,
                 " launches in one call");
   ExecutorCache::Launch launches[kMaxSteps];
@@ -360,7 +359,7 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
   Pool& pool = StreamPool(handle.stream);
   // Lock order: the stream's pool, then the caches in step order.
   std::lock_guard<std::mutex> pool_lock(pool.mutex);
-  std::unique_lock<std::mutex> locks[8];
+  std::unique_lock<std::mutex> locks[kMaxSteps];
   for (size_t i = 0; i < count; ++i) {
     locks[i] = std::unique_lock<std::mutex>(launches[i].cache->mutex_);
   }

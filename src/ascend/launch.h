@@ -156,7 +156,8 @@ class ExecutorCache {
 // own ExecutorCache.
 void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
               std::initializer_list<Step> steps);
-// The same for steps chosen at run time (at most 8).
+// The same for steps chosen at run time (at most kMaxSteps).
+inline constexpr size_t kMaxSteps = 16;  // topk_topp_sampling chains 16
 void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
               const Step* steps, size_t count);
 

@@ -17,8 +17,16 @@ namespace polyops {
 // One token id per row of `logits`, drawn from softmax(logits) restricted to
 // the top_k largest logits, then to the smallest prefix of those whose mass
 // reaches top_p (top_k first, as vLLM and FlashInfer do). The result is a pure
-// function of the inputs: every float operation below is specified, so every
-// backend returns the same ids bit for bit.
+// function of the inputs: every float operation below is specified, so the
+// CPU and CUDA backends return the same ids bit for bit.
+// One declared exception: on npu the token is a correct draw in the same
+// order (tokens sorted as in step 2, the kept set a prefix of that order, u
+// compared with the cumulative mass in that order) but not bit-exact, since
+// aclnn's softmax and cumsum round their own way: it is the token whose
+// cumulative-probability interval holds u up to float32 rounding (the test
+// rule is polyops.testing.references.sampling_token_plausible). Its values
+// of uniform and top_p are not checked (that would need a device-to-host
+// copy), and seed= is NotImplementedError there; see docs/ascend.md.
 //   logits:  [B, V], float16, bfloat16 or float32, V >= 1; rows may have any
 //            stride, the last dim must have stride 1. A bad row never fails
 //            the batch (a serving engine needs a token in every row, the
@@ -68,7 +76,8 @@ namespace polyops {
 //      z = (z ^ (z >> 27)) * 0x94d049bb133111eb; z ^= z >> 31;
 //      u = (z >> 40) * 2**-24, in [0, 1 - 2**-24].
 //   Values of uniform and top_p tensors are checked when the kernel reads
-//   them (ValueError); `out` is unspecified after such an error.
+//   them (ValueError; not on npu, see above); `out` is unspecified after
+//   such an error.
 class TopkToppSampling : public OperatorBase {
  public:
   static constexpr const char* kName = "topk_topp_sampling";

@@ -503,6 +503,20 @@ DOUBLE_API aclnnStatus aclnnApplyTopKTopPGetWorkspaceSize(
     const TensorView& x = v[sl];
     const int64_t rows = x.dims[0];
     const int64_t vocab = x.dims[1];
+    // p is device data documented in [0, 1]: a value outside (or NaN) is a
+    // run-time fault here, since what the chip does with it is unknown.
+    if (v[sp].present) {
+      int status = kSuccess;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double top_p =
+            LoadDouble(v[sp], v[sp].offset + r * v[sp].strides[0]);
+        if (!(top_p >= 0 && top_p <= 1)) {
+          Fault(&status, "aclnnApplyTopKTopP: p[" + std::to_string(r) + "] = " +
+                             std::to_string(top_p) + " is outside [0, 1]");
+        }
+      }
+      if (status != kSuccess) return status;
+    }
     std::vector<double> row(vocab);
     std::vector<int64_t> order(vocab);
     std::vector<char> masked(vocab);

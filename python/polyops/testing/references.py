@@ -481,10 +481,12 @@ def linear_reference(input: Tensor, weight: Tensor, bias: Tensor | None = None) 
 # partial sum to float32 (a float64 sum of two float32 values rounded once to
 # float32 is the correctly rounded float32 sum, since 53 >= 2*24 + 2).
 #
-# A device whose kernel cannot replay those float32 steps bit for bit would be
+# A device whose kernel cannot replay those float32 steps bit for bit is
 # judged by :func:`sampling_token_plausible` (the token's float64 probability
-# interval within SAMPLING_EPS of u); no backend needs that today, and CPU must
-# match exactly.
+# interval within SAMPLING_EPS of u). That is the declared exception of npu
+# (aclnn's softmax and cumsum round their own way; docs/ascend.md); CPU and
+# CUDA must match exactly. OpInfo.device_rules routes npu records to
+# :func:`topk_topp_sampling_implausible_rows`.
 
 SAMPLING_EPS = 1e-5
 ONE_MINUS = 1.0 - 2.0**-24  # the largest float32 below 1
@@ -637,3 +639,35 @@ def sampling_token_plausible(
         <= cumulative[j + 1] / cumulative[prefix] + eps
         for prefix in prefixes
     )
+
+
+def topk_topp_sampling_implausible_rows(
+    tokens: Tensor,
+    logits: Tensor,
+    top_k: int | Tensor,
+    top_p: float | Tensor,
+    uniform: Tensor | None = None,
+    seed: int | None = None,
+) -> list[int]:
+    """The rows of int64 `tokens` [B] that :func:`sampling_token_plausible` rejects.
+
+    logits [B, V] (any float dtype), top_k / top_p scalars or [B] tensors and
+    uniform float32 [B] (or seed) as the op took them. u outside [0, 1) is
+    judged as the clamped value the npu slot uses (u < 0 as 0, u >= 1 as the
+    largest float32 below 1).
+    """
+    rows = logits.shape[0]
+    ks, ps = _per_row(top_k, rows), _per_row(top_p, rows)
+    us = (
+        uniform.tolist()
+        if uniform is not None
+        else [splitmix_uniform(seed, b) for b in range(rows)]
+    )
+    tokens = tokens.cpu().tolist()
+    return [
+        b
+        for b in range(rows)
+        if not sampling_token_plausible(
+            logits[b].cpu().float(), int(ks[b]), ps[b], min(max(us[b], 0.0), ONE_MINUS), tokens[b]
+        )
+    ]

@@ -6,7 +6,9 @@ One :class:`Record` per (op, device, slot, dtype, case). Its status is
 reference could not be built) or ``n/a`` (NotImplementedError: that device
 or slot does not do it; the reason is in ``message``). On a device other
 than CPU the record also holds the difference from CPU's default slot on the
-same inputs.
+same inputs. Where the op has a rule for the device (``OpInfo.device_rules``:
+topk_topp_sampling on npu) the rule decides ok/fail instead of the reference
+comparison, and the errors count the failing rows.
 """
 
 from __future__ import annotations
@@ -163,6 +165,14 @@ def _compare_all(
     return worst, tolerances[0]
 
 
+def _apply_rule(rule, results: Sequence[torch.Tensor], host) -> tuple[Comparison, Tolerance]:
+    """A device rule's verdict (OpInfo.device_rules) as a Comparison: both errors
+    are the number of failing rows."""
+    rows = rule(tuple(results), *host.args, **host.kwargs)
+    message = f"rows {rows[:8]} fail the device rule" if rows else ""
+    return Comparison(float(len(rows)), float(len(rows)), not rows, message), EXACT
+
+
 def _slot_name(op: str, device: str, slot: int) -> str:
     return polyops.implementations(op, device).get(slot, "?")
 
@@ -211,7 +221,11 @@ def run_case(
             records.append(record(device, slot, "error", message=message))
             continue
         with _torch_single_threaded():
-            worst, tol = _compare_all(info, case, results, expected)
+            rule = info.device_rules.get(device)
+            if rule is None:
+                worst, tol = _compare_all(info, case, results, expected)
+            else:
+                worst, tol = _apply_rule(rule, results, host)
         rec = record(
             device,
             slot,
