@@ -219,7 +219,8 @@ def test_an_existing_vllm_registration_is_kept():
 @pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 def test_npu_through_the_cann_double():
     """On the npu device (PrivateUse1) the ops run polyops' Ascend slots: the results
-    match the CPU's within the float32-compute tolerance."""
+    match the CPU's within the float32-compute tolerance, and _C::silu_and_mul gives
+    vLLM's bits through the npu "vllm" slot."""
     result = run_child(
         """
         import polyops.integrations.vllm as pv
@@ -244,11 +245,19 @@ def test_npu_through_the_cann_double():
         errors["silu_and_mul"] = (
             (out.cpu().double() - ref.silu_and_mul_reference(x)).abs().max().item()
         )
+        # The npu "vllm" slot: vLLM's bits in bfloat16.
+        xb = (x * 4).bfloat16()
+        outb = torch.empty(5, 64, device="npu", dtype=torch.bfloat16)
+        torch.ops._C.silu_and_mul(outb, xb.to("npu"))
+        vllm_bits = torch.equal(
+            outb.cpu(), torch.nn.functional.silu(xb[:, :64]) * xb[:, 64:])
         report({"keys": done.registered["_C::rms_norm"], "errors": errors,
+                "vllm_bits": vllm_bits,
                 "note": done.notes.get("_C::silu_and_mul", "")})
         """
     )
     assert "PrivateUse1" in result["keys"]
     for op, error in result["errors"].items():
         assert error < 1e-4, (op, error)
-    assert "no 'vllm' slot on npu" in result["note"]
+    assert result["vllm_bits"]
+    assert "npu" not in result["note"]

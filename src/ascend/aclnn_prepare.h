@@ -42,6 +42,15 @@ inline AclnnStatus PrepareMul(void*, AclTensor* const* t, uint64_t* workspace,
   return get(t[0], t[1], t[2], workspace, executor);
 }
 
+// aclnnSilu(self = t[0], out = t[1]); no context.
+inline AclnnStatus PrepareSilu(void*, AclTensor* const* t, uint64_t* workspace,
+                               AclOpExecutor** executor) {
+  using Fn =
+      AclnnStatus (*)(const AclTensor*, AclTensor*, uint64_t*, AclOpExecutor**);
+  static const auto get = Phase1<Fn>("aclnnSiluGetWorkspaceSize", "8.0.RC1");
+  return get(t[0], t[1], workspace, executor);
+}
+
 }  // namespace polyops::ascend
 
 #endif  // POLYOPS_ASCEND_ACLNN_PREPARE_H_

@@ -38,7 +38,7 @@ class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
         {{&silu_,
           "aclnnSilu",
           {Operand::In(gate), Operand::Scratch(tmp_, 0)},
-          &PrepareSilu,
+          &ascend::PrepareSilu,
           nullptr,
           silu},
          {&mul_,
@@ -50,17 +50,6 @@ class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
   }
 
  private:
-  static ascend::AclnnStatus PrepareSilu(void*, ascend::AclTensor* const* t,
-                                         uint64_t* workspace,
-                                         ascend::AclOpExecutor** executor) {
-    using Fn =
-        ascend::AclnnStatus (*)(const ascend::AclTensor*, ascend::AclTensor*,
-                                uint64_t*, ascend::AclOpExecutor**);
-    static const auto get =
-        ascend::Phase1<Fn>("aclnnSiluGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], workspace, executor);
-  }
-
   int64_t tmp_bytes_ = 0;
   Tensor tmp_;  // silu(gate), contiguous, in scratch at 0
   mutable ascend::ExecutorCache silu_, mul_;
