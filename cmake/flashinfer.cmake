@@ -6,9 +6,10 @@
 #      POLYOPS_FLASHINFER_DTYPES, POLYOPS_FLASHINFER_HEAD_DIMS,
 #      POLYOPS_FLASHINFER_ARCHITECTURES, TORCH_CUDA_VERSION.
 # Out: POLYOPS_BUILD_FLASHINFER and polyops_add_flashinfer(<target>), which
-#      compiles one instantiation TU per (kv kind, dtype, head size) and gives
-#      <target> POLYOPS_WITH_FLASHINFER plus one POLYOPS_FLASHINFER_<DTYPE>_<D>
-#      definition per compiled pair (cuda/flashinfer_plan.h dispatches on them).
+#      compiles one instantiation TU per (kv kind, dtype, head size) into
+#      <target> and gives the slots' TUs POLYOPS_WITH_FLASHINFER plus one
+#      POLYOPS_FLASHINFER_<DTYPE>_<D> definition per compiled pair
+#      (cuda/flashinfer_plan.h dispatches on them).
 #
 # The headers are FlashInfer's FA2 templates from the flashinfer-python 0.5.3
 # wheel (flashinfer/data/include), never committed. Found in this order:
@@ -149,5 +150,10 @@ POLYOPS_FLASHINFER_INSTANTIATE(${kind}, ${_type}, ${_dim})
   target_compile_options(polyops_flashinfer PRIVATE -O3 --expt-relaxed-constexpr)
   target_link_libraries(polyops_flashinfer PRIVATE CUDA::cudart)
   target_sources(${target} PRIVATE $<TARGET_OBJECTS:polyops_flashinfer>)
-  target_compile_definitions(${target} PUBLIC ${_definitions})
+  # Only the TUs that hold the slots see the definitions: the other CUDA TUs
+  # keep their flags, so turning the slots on or off rebuilds three files.
+  set_property(SOURCE ${CMAKE_BINARY_DIR}/generated/cuda_flash_attention.cu
+    ${CMAKE_BINARY_DIR}/generated/cuda_paged_attention.cu
+    ${CMAKE_SOURCE_DIR}/src/cuda/flashinfer_plan.cu
+    APPEND PROPERTY COMPILE_DEFINITIONS ${_definitions})
 endfunction()
