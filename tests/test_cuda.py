@@ -378,3 +378,25 @@ def test_paged_flashinfer_default_and_fallback():
         default = polyops.paged_attention(*args, **kwargs)
         flash = polyops.paged_attention(*args, **kwargs, implementation_index=0)
         torch.testing.assert_close(default, flash, rtol=0, atol=0)
+
+
+@needs_flashinfer_gpu
+def test_flashinfer_graph_capture_replays_the_captured_plan():
+    # The plan is uploaded through kernel arguments, so the captured graph
+    # holds it: a replay recomputes the same lengths on fresh data in q/k/v.
+    args, kwargs = _prefill()
+    eager = _flashinfer_or_skip("flash_attention", args, kwargs).clone()
+    out = torch.empty_like(eager)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        polyops.flash_attention(*args, **kwargs, out=out, implementation_index=1)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    for tensor in args:
+        tensor.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = polyops.flash_attention(*args, **kwargs, implementation_index=1)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
