@@ -80,6 +80,11 @@ def download_wheel(version: str, folder: pathlib.Path) -> pathlib.Path:
         "--no-deps",
         "--only-binary=:all:",
         "--disable-pip-version-check",
+        # Offline machines fail in seconds instead of pip's minute of retries.
+        "--retries",
+        "1",
+        "--timeout",
+        "15",
         "-d",
         str(folder),
         f"flashinfer-python=={version}",
