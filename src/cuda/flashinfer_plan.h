@@ -151,8 +151,10 @@ struct Plan {
 
 // Host only: FlashInfer's FA2 schedule (scheduler.cuh, PrefillPlan), own
 // code: CTA tile from the average packed query length, kv split into chunks
-// only when the tiles alone would leave the GPU (2 CTAs per SM) idle and no
-// window is set. num_sms: the device's multiprocessor count.
+// only when the tiles alone would leave the GPU (2 CTAs per SM) idle, no
+// left window is set and every query row sees a key. The caller has checked
+// the lengths (non-negative, within the kv tensor or table). num_sms: the
+// device's multiprocessor count.
 Plan MakePlan(const PlanInput& input, int num_sms);
 
 // The device block table of a paged call.
