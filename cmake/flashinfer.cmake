@@ -40,12 +40,14 @@ elseif(NOT _flashinfer STREQUAL "AUTO")
   message(FATAL_ERROR "POLYOPS_FLASHINFER=${POLYOPS_FLASHINFER}: expected AUTO, ON or OFF")
 endif()
 
-# Refuses (ON) or explains (AUTO) a missing prerequisite.
-macro(_polyops_flashinfer_missing why)
+# Refuses (ON) or explains (AUTO) a missing prerequisite; the arguments are
+# the pieces of the reason.
+macro(_polyops_flashinfer_missing)
+  string(CONCAT _why ${ARGV})
   if(_flashinfer STREQUAL "ON")
-    message(FATAL_ERROR "polyops: POLYOPS_FLASHINFER=ON but ${why}")
+    message(FATAL_ERROR "polyops: POLYOPS_FLASHINFER=ON but ${_why}")
   endif()
-  message(STATUS "polyops: FlashInfer slots off (${why})")
+  message(STATUS "polyops: FlashInfer slots off (${_why})")
   return()
 endmacro()
 
