@@ -82,7 +82,7 @@ DTYPES: dict[str, torch.dtype] = {
     "f16": torch.float16,
     "bf16": torch.bfloat16,
 }
-NOT_AVAILABLE = "not available in this build"
+NOT_AVAILABLE = "not available in this build (op or slot)"
 #: Calls per timed sample on CUDA, followed by one synchronize (see the module docstring).
 CUDA_CALLS_PER_SYNC = 10
 
@@ -191,7 +191,7 @@ def bench_prefill(
         "target": PREFILL_TARGET,
         "reference": "SDPA(is_causal=True)",
     }
-    if not hasattr(polyops, "flash_attention"):
+    if not _has_slot("flash_attention", device, slot):
         return {**entry, "available": False}
 
     def mine() -> object:
@@ -264,7 +264,7 @@ def bench_decode(
         "target": DECODE_TARGET,
         "reference": "gather + SDPA(gqa)",
     }
-    if not hasattr(polyops, "paged_attention"):
+    if not _has_slot("paged_attention", device, slot):
         return {**entry, "available": False}
 
     def mine() -> object:
@@ -309,7 +309,14 @@ def _slot_name(op: str, device: str, slot: int | None) -> str:
     if slot is None:
         index = polyops.default_implementation(op, device)
         return f"default ({slots.get(index, '-')})"
-    return slots.get(slot, f"#{slot} (not built)")
+    return slots.get(slot, f"#{slot} (none on {device})")
+
+
+def _has_slot(op: str, device: str, slot: int | None) -> bool:
+    """Whether this build has the op and, for an explicit slot, that slot on ``device``."""
+    if not hasattr(polyops, op):
+        return False
+    return slot is None or slot in polyops.implementations(op, device)
 
 
 def parse_slots(text: str) -> list[int]:
