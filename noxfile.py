@@ -24,8 +24,8 @@ BUILD_REQUIREMENTS = ["scikit-build-core>=1.1", "pybind11>=2.12", "ninja", "cmak
 CUBLAS = "nvidia-cublas==13.1.1.3"
 # The FlashInfer attention slots (docs/cuda.md, "FlashInfer") in the compile
 # check: headers fetched from PyPI at configure time, one dtype, one head size
-# and one architecture, i.e. two instantiation TUs (about 35 s of nvcc CPU
-# time) that still cover every launcher template (ragged and paged, both
+# and one architecture, i.e. two instantiation TUs (30 s of nvcc user time,
+# measured) that still cover every launcher template (ragged and paged, both
 # masks, both tiles). The full default set would add about 7 CPU-minutes.
 FLASHINFER_CI = [
     "-C",
