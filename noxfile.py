@@ -26,7 +26,7 @@ CUBLAS = "nvidia-cublas==13.1.1.3"
 # check: headers fetched from PyPI at configure time, one dtype, one head size
 # and one architecture, i.e. two instantiation TUs (30 s of nvcc user time,
 # measured) that still cover every launcher template (ragged and paged, both
-# masks, both tiles). The full default set would add about 7 CPU-minutes.
+# masks, both tiles). The full default set would add about 6 CPU-minutes.
 FLASHINFER_CI = [
     "-C",
     "cmake.define.POLYOPS_FLASHINFER=ON",
