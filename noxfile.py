@@ -22,6 +22,21 @@ BUILD_REQUIREMENTS = ["scikit-build-core>=1.1", "pybind11>=2.12", "ninja", "cmak
 # and libraries for the cuBLAS slots come from this wheel (installed in ~25 s
 # from the package index; the machine's toolkit may lack cuBLAS).
 CUBLAS = "nvidia-cublas==13.1.1.3"
+# The FlashInfer attention slots (docs/cuda.md, "FlashInfer") in the compile
+# check: headers fetched from PyPI at configure time, one dtype, one head size
+# and one architecture, i.e. two instantiation TUs (30 s of nvcc user time,
+# measured) that still cover every launcher template (ragged and paged, both
+# masks, both tiles). The full default set would add about 6 CPU-minutes.
+FLASHINFER_CI = [
+    "-C",
+    "cmake.define.POLYOPS_FLASHINFER=ON",
+    "-C",
+    "cmake.define.POLYOPS_FLASHINFER_DTYPES=bfloat16",
+    "-C",
+    "cmake.define.POLYOPS_FLASHINFER_HEAD_DIMS=128",
+    "-C",
+    "cmake.define.POLYOPS_FLASHINFER_ARCHITECTURES=90",
+]
 # Upper bound of the whole install step (compile included), in seconds; the
 # CUDA-enabled build takes about 15 min on 2 shared cores (docs/ci.md).
 BUILD_TIMEOUT_S = 1500
@@ -33,10 +48,12 @@ def tests(session: nox.Session) -> None:
     session.install(TORCH, OPENBLAS, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml", "numpy")
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     config = []
+    env = {}
     if nvcc:
         session.log(f"nvcc found ({nvcc}): building with WITH_CUDA=ON (compile check)")
         session.install(CUBLAS)
-        config = ["-C", "cmake.define.WITH_CUDA=ON"]
+        config = ["-C", "cmake.define.WITH_CUDA=ON", *FLASHINFER_CI]
+        env["POLYOPS_EXPECT_FLASHINFER"] = "1"  # tests/test_cuda.py checks the slot is listed
     # No build isolation: compile against the torch installed above. `timeout`
     # bounds the compile so a stuck or slow build fails CI instead of hanging it.
     install = ["python", "-m", "pip", "install", "--no-build-isolation", "--no-deps", *config, "."]
@@ -46,7 +63,7 @@ def tests(session: nox.Session) -> None:
         session.run(*install)
     # The package source lives in python/polyops, so `import polyops` here is
     # the installed build; testpaths come from pyproject.toml.
-    session.run("python", "-m", "pytest", *session.posargs)
+    session.run("python", "-m", "pytest", *session.posargs, env=env)
 
 
 @nox.session

@@ -6,7 +6,8 @@ Measures in one process, interleaved, on the same data:
   causal=True, out=o)`` on packed token-major q, k, v [B * T, H, D] against
   ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`` on
   contiguous [B, H, T, D] copies of the same values (made before timing; torch
-  allocates its output). B sequences of T tokens each, H = 32 heads (q and kv),
+  allocates its output). B sequences of T tokens each, H = 32 query heads and
+  ``--prefill-kv-heads`` kv heads (default 32; fewer: SDPA gets ``enable_gqa=True``),
   D = 128; default cases (B, T) = (1, 2048) and (4, 512), float32 and bfloat16.
   GFLOP/s counts the visible (causal) query-key pairs: 4 * D * H * B * T * (T + 1) / 2.
 * **decode**: ``polyops.paged_attention(q, key_cache, value_cache, seq_lens, block_table,
@@ -22,10 +23,12 @@ Measures in one process, interleaved, on the same data:
 Every polyops output is checked against torch before anything is timed.
 
 ``--device cuda`` runs both sides on the GPU: tensors are made on the host with the
-same generator and moved, paged_attention also gets ``seq_lens_host`` (as serving
-engines pass it), and each timed sample is ``CUDA_CALLS_PER_SYNC`` back-to-back calls
-followed by one ``torch.cuda.synchronize()``, reported per call, so the queueing of
-asynchronous launches is not mistaken for their run time.
+same generator and moved, paged_attention also gets ``seq_lens_host`` and
+flash_attention ``cu_seqlens_q_host`` / ``cu_seqlens_kv_host`` (as serving engines
+pass them; the FlashInfer slots need them), and each timed sample is
+``CUDA_CALLS_PER_SYNC`` back-to-back calls followed by one
+``torch.cuda.synchronize()``, reported per call, so the queueing of asynchronous
+launches is not mistaken for their run time.
 "ratio" = median over repeats of torch_time / polyops_time (adjacent samples),
 so > 1 means polyops is faster.
 
@@ -38,6 +41,12 @@ Usage::
     python benchmarks/attention.py               # full run, JSON to benchmarks/results/
     python benchmarks/attention.py --quick       # smoke test (short sequences, few repeats)
     python benchmarks/attention.py --prefill 2x1024,1x512 --dtypes f32 --repeats 7
+    # the CUDA slots side by side (docs/cuda_attention.md), issue 12's shapes:
+    python benchmarks/attention.py --device cuda --implementation-index 0,1 \
+        --prefill 4x2048 --prefill-kv-heads 8 --decode 64x2048 --dtypes bf16
+
+``--implementation-index`` runs each listed slot (``polyops.implementations``) as
+its own row against the same torch reference; without it the op's default runs.
 """
 
 from __future__ import annotations
@@ -73,7 +82,7 @@ DTYPES: dict[str, torch.dtype] = {
     "f16": torch.float16,
     "bf16": torch.bfloat16,
 }
-NOT_AVAILABLE = "not available in this build"
+NOT_AVAILABLE = "not available in this build (op or slot)"
 #: Calls per timed sample on CUDA, followed by one synchronize (see the module docstring).
 CUDA_CALLS_PER_SYNC = 10
 
@@ -144,40 +153,62 @@ def bench_prefill(
     repeats: int,
     target_s: float,
     device: str = "cpu",
+    kv_heads: int = HEADS,
+    slot: int | None = None,
 ) -> dict[str, Any]:
-    """flash_attention against SDPA(is_causal=True) for B sequences of T tokens."""
+    """flash_attention against SDPA(is_causal=True) for B sequences of T tokens.
+
+    q [B*T, 32, 128], k and v [B*T, kv_heads, 128]; ``slot`` is passed as
+    implementation_index (None: the default slot).
+    """
     dtype = DTYPES[dtype_name]
     gen = torch.Generator().manual_seed(0)
     total = batch * tokens
-    q, k, v = (
-        torch.randn(total, HEADS, HEAD_SIZE, generator=gen).to(dtype).to(device) for _ in range(3)
+    q = torch.randn(total, HEADS, HEAD_SIZE, generator=gen).to(dtype).to(device)
+    k, v = (
+        torch.randn(total, kv_heads, HEAD_SIZE, generator=gen).to(dtype).to(device)
+        for _ in range(2)
     )
-    cu = torch.arange(0, total + 1, tokens, dtype=torch.int32).to(device)
+    cu_host = torch.arange(0, total + 1, tokens, dtype=torch.int32)
+    cu = cu_host.to(device)
+    host_mirrors = (
+        {"cu_seqlens_q_host": cu_host, "cu_seqlens_kv_host": cu_host} if device == "cuda" else {}
+    )
     out = torch.empty_like(q)
 
     def to_bhtd(x: torch.Tensor) -> torch.Tensor:
-        return x.view(batch, tokens, HEADS, HEAD_SIZE).transpose(1, 2).contiguous()
+        return x.view(batch, tokens, x.shape[1], HEAD_SIZE).transpose(1, 2).contiguous()
 
     qb, kb, vb = to_bhtd(q), to_bhtd(k), to_bhtd(v)
     flops = 4 * HEAD_SIZE * HEADS * batch * tokens * (tokens + 1) // 2
+    heads = f"H{HEADS}" if kv_heads == HEADS else f"Hq{HEADS} Hkv{kv_heads}"
     entry: dict[str, Any] = {
         "kind": "prefill",
-        "case": f"B{batch} T{tokens} H{HEADS} D{HEAD_SIZE}",
+        "case": f"B{batch} T{tokens} {heads} D{HEAD_SIZE}",
         "dtype": dtype_name,
+        "slot": _slot_name("flash_attention", device, slot),
         "flops": flops,
         "target": PREFILL_TARGET,
         "reference": "SDPA(is_causal=True)",
     }
-    if not hasattr(polyops, "flash_attention"):
+    if not _has_slot("flash_attention", device, slot):
         return {**entry, "available": False}
 
     def mine() -> object:
         return polyops.flash_attention(
-            q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, causal=True, out=out
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu,
+            cu_seqlens_kv=cu,
+            causal=True,
+            out=out,
+            implementation_index=slot,
+            **host_mirrors,
         )
 
     def ref() -> torch.Tensor:
-        return sdpa(qb, kb, vb, is_causal=True)
+        return sdpa(qb, kb, vb, is_causal=True, enable_gqa=kv_heads != HEADS)
 
     mine()
     expected = ref().transpose(1, 2).reshape(total, HEADS, HEAD_SIZE)
@@ -202,8 +233,12 @@ def bench_decode(
     repeats: int,
     target_s: float,
     device: str = "cpu",
+    slot: int | None = None,
 ) -> dict[str, Any]:
-    """paged_attention against gather + SDPA(enable_gqa=True), B sequences of `context`."""
+    """paged_attention against gather + SDPA(enable_gqa=True), B sequences of `context`.
+
+    ``slot`` is passed as implementation_index (None: the default slot).
+    """
     dtype = DTYPES[dtype_name]
     gen = torch.Generator().manual_seed(0)
     max_blocks = -(-context // BLOCK)
@@ -225,15 +260,23 @@ def bench_decode(
         "case": f"B{batch} ctx{context} Hq{HEADS} Hkv{DECODE_KV_HEADS} D{HEAD_SIZE} blk{BLOCK}",
         "dtype": dtype_name,
         "kv_bytes": kv_bytes,
+        "slot": _slot_name("paged_attention", device, slot),
         "target": DECODE_TARGET,
         "reference": "gather + SDPA(gqa)",
     }
-    if not hasattr(polyops, "paged_attention"):
+    if not _has_slot("paged_attention", device, slot):
         return {**entry, "available": False}
 
     def mine() -> object:
         return polyops.paged_attention(
-            query, key_cache, value_cache, seq_lens, block_table, out=out, **host_mirrors
+            query,
+            key_cache,
+            value_cache,
+            seq_lens,
+            block_table,
+            out=out,
+            implementation_index=slot,
+            **host_mirrors,
         )
 
     def gathered(cache: torch.Tensor) -> torch.Tensor:
@@ -256,6 +299,35 @@ def bench_decode(
         target_s=target_s,
         device=device,
     )
+
+
+def _slot_name(op: str, device: str, slot: int | None) -> str:
+    """The slot's name (``polyops.implementations``), "default (<name>)" for None."""
+    if not hasattr(polyops, op):
+        return "-"
+    slots = polyops.implementations(op, device)
+    if slot is None:
+        index = polyops.default_implementation(op, device)
+        return f"default ({slots.get(index, '-')})"
+    return slots.get(slot, f"#{slot} (none on {device})")
+
+
+def _has_slot(op: str, device: str, slot: int | None) -> bool:
+    """Whether this build has the op and, for an explicit slot, that slot on ``device``."""
+    if not hasattr(polyops, op):
+        return False
+    return slot is None or slot in polyops.implementations(op, device)
+
+
+def parse_slots(text: str) -> list[int]:
+    """'0,1' -> [0, 1]: implementation indices to run side by side."""
+    try:
+        slots = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N[,N...], got {text!r}") from None
+    if not slots or min(slots) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative indices, got {text!r}")
+    return slots
 
 
 def parse_pairs(text: str) -> list[tuple[int, int]]:
@@ -317,6 +389,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="cpu",
         help="where both sides run (default cpu; cuda needs a CUDA build and a GPU)",
     )
+    parser.add_argument(
+        "--implementation-index",
+        type=parse_slots,
+        default=None,
+        metavar="N,...",
+        help="run these slots of each op side by side (e.g. 0,1 on cuda: flash, flashinfer); "
+        "default: the op's default slot",
+    )
+    parser.add_argument(
+        "--prefill-kv-heads",
+        type=int,
+        default=HEADS,
+        metavar="N",
+        help=f"kv heads of the prefill cases (default {HEADS}; issue 12 uses 8)",
+    )
     add_run_arguments(
         parser,
         __file__,
@@ -360,23 +447,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
 
     entries: list[dict[str, Any]] = []
+    slots: list[int | None] = args.implementation_index or [None]
+    run = {"repeats": args.repeats, "target_s": target_s, "device": args.device}
     for b, t in args.prefill:
         for dt in args.dtypes:
-            entries.append(
-                bench_prefill(b, t, dt, repeats=args.repeats, target_s=target_s, device=args.device)
-            )
+            for slot in slots:
+                entries.append(
+                    bench_prefill(b, t, dt, kv_heads=args.prefill_kv_heads, slot=slot, **run)
+                )
     for b, ctx in args.decode:
         for dt in args.dtypes:
-            entries.append(
-                bench_decode(
-                    b, ctx, dt, repeats=args.repeats, target_s=target_s, device=args.device
-                )
-            )
+            for slot in slots:
+                entries.append(bench_decode(b, ctx, dt, slot=slot, **run))
 
     rows: list[list[str]] = []
     summary: list[list[str]] = []
     for e in entries:
         op = "flash_attention" if e["kind"] == "prefill" else "paged_attention"
+        op = f"{op} [{e['slot']}]"
         if not e["available"]:
             rows.append([op, e["case"], e["dtype"], NOT_AVAILABLE, "", "", "", "", "", ""])
             summary.append([op, e["case"], e["dtype"], "-", f">= {e['target']:g}x", "-"])
@@ -441,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "decode": [list(p) for p in args.decode],
                 "dtypes": args.dtypes,
                 "device": args.device,
+                "implementation_index": args.implementation_index,
+                "prefill_kv_heads": args.prefill_kv_heads,
                 "cuda_calls_per_sync": CUDA_CALLS_PER_SYNC if args.device == "cuda" else None,
                 "heads": HEADS,
                 "decode_kv_heads": DECODE_KV_HEADS,

@@ -8,6 +8,8 @@
 #      src/cuda/*.cu / *.cc and links it into the extension.
 #      polyops::cublas: an INTERFACE target with cuBLAS + cuBLASLt (headers,
 #      libraries, POLYOPS_WITH_CUBLAS), present when they were found.
+#      POLYOPS_BUILD_FLASHINFER (cmake/flashinfer.cmake): the FlashInfer
+#      attention slots, compiled into polyops_cuda when on.
 
 include(CheckLanguage)
 
@@ -104,6 +106,9 @@ else()
     "compile-only build (pip install nvidia-cublas==13.1.1.3 to compile them)")
 endif()
 
+# --- FlashInfer (attention slots) ------------------------------------------
+include(${CMAKE_CURRENT_LIST_DIR}/flashinfer.cmake)
+
 # Links the CUDA backend into `target` (the Python extension) and extends
 # POLYOPS_RPATH (in the caller's scope) so the installed module finds
 # libcudart.so.13 / libcublas*.so.13.
@@ -123,6 +128,9 @@ function(polyops_add_cuda_backend target)
   target_link_libraries(polyops_cuda PUBLIC polyops_kernels CUDA::cudart)
   if(TARGET polyops_cublas)
     target_link_libraries(polyops_cuda PUBLIC polyops_cublas)
+  endif()
+  if(POLYOPS_BUILD_FLASHINFER)
+    polyops_add_flashinfer(polyops_cuda)
   endif()
   target_link_libraries(${target} PRIVATE polyops_cuda)
   target_sources(${target} PRIVATE ${CMAKE_SOURCE_DIR}/src/python/cuda_allocator.cc)

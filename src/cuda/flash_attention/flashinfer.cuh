@@ -1,0 +1,204 @@
+#ifndef POLYOPS_CUDA_FLASH_ATTENTION_FLASHINFER_CUH_
+#define POLYOPS_CUDA_FLASH_ATTENTION_FLASHINFER_CUH_
+
+#ifdef POLYOPS_WITH_FLASHINFER
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "base/flash_attention.h"
+#include "core/operator.h"
+#include "cuda/common.cuh"
+#include "cuda/flashinfer_checks.h"
+#include "cuda/flashinfer_plan.h"
+
+namespace polyops {
+
+// Slot 1: FlashInfer's FA2 batch prefill kernels (tensor cores; ragged kv,
+// or paged kv through the block table), the default where it applies
+// (docs/cuda_attention.md, "flashinfer"). The work schedule is planned on
+// the host from cu_seqlens_q_host / cu_seqlens_kv_host, whose values decide
+// the lengths (the device copies are not read), and uploaded through kernel
+// arguments: no host synchronization, no allocation outside
+// cuda::Workspace. Outside its envelope the constructor raises
+// NotImplemented and the default selection runs slot 0 ("flash"): float32,
+// a (dtype, head size) pair this build did not compile, no host lengths,
+// window_right > 0 without causal, a strided out, strides that are not
+// multiples of 8 elements or key and value caches with different strides.
+// Semantics differ from the contract in two documented ways: the softmax
+// weights are rounded to the input dtype before multiplying V (FA2 on
+// tensor cores), and FlashInfer's masking sentinel is -5e4 (scores are not
+// IEEE-exact for NaN/inf inputs). Compiled, never executed on a GPU when
+// written.
+template <>
+class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
+ public:
+  static constexpr const char* kImplementationName = "flashinfer";
+
+  Operator(const Tensor& query, const Tensor& key, const Tensor& value,
+           const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
+           const std::optional<Tensor>& block_table,
+           std::optional<double> scale, bool causal, int64_t window_left,
+           int64_t window_right, std::optional<int64_t> sliding_window,
+           const std::optional<Tensor>& cu_seqlens_q_host,
+           const std::optional<Tensor>& cu_seqlens_kv_host,
+           const std::optional<Tensor>& out)
+      : FlashAttention(query, key, value, cu_seqlens_q, cu_seqlens_kv,
+                       block_table, scale, causal, window_left, window_right,
+                       sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
+                       out) {
+    namespace fi = cuda::flashinfer;
+    fi::CheckCompiled(kName, dtype_, head_size_);
+    if (!cu_seqlens_q_host.has_value() || !cu_seqlens_kv_host.has_value()) {
+      fi::Refuse(kName,
+                 "calls without cu_seqlens_q_host and cu_seqlens_kv_host "
+                 "because its schedule is planned on the host, and reading "
+                 "the device cu_seqlens would need a blocking device-to-host "
+                 "copy");
+    }
+    // FlashInfer bounds keys on the right at the diagonal (causal) or not
+    // at all; with causal set, window_right >= 0 changes nothing.
+    if (!causal_ && window_right_ > 0) {
+      fi::Refuse(kName, "window_right = ", window_right_,
+                 " without causal because FlashInfer's masks bound keys on "
+                 "the right only at the diagonal (window_right 0) or not at "
+                 "all (-1)");
+    }
+    causal_mask_ = causal_ || window_right_ == 0;
+    // A window wider than any int32 sequence is no window.
+    window_left_i32_ = window_left_ > std::numeric_limits<int32_t>::max()
+                           ? -1
+                           : static_cast<int32_t>(window_left_);
+    fi::CheckContiguousOut(kName, *out);
+    fi::CheckOperand(kName, "query", query);
+    if (paged_) {
+      fi::CheckCaches(kName, key, value);
+      if (block_size_ > std::numeric_limits<int32_t>::max() ||
+          max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
+        fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
+                   " blocks per sequence because FlashInfer counts tokens in "
+                   "32 bits");
+      }
+    } else {
+      fi::CheckOperand(kName, "key", key);
+      fi::CheckOperand(kName, "value", value);
+    }
+    fi::DispatchCompiled(dtype_, head_size_, [&](auto type_tag, auto dim_tag) {
+      using NT = decltype(type_tag);
+      constexpr int kDim = decltype(dim_tag)::value;
+      constexpr int kLarge = fi::LargeTile(kDim);
+      if (paged_) {
+        small_ = causal_mask_ ? &fi::RunPaged<NT, kDim, true, fi::kSmallTile>
+                              : &fi::RunPaged<NT, kDim, false, fi::kSmallTile>;
+        large_ = causal_mask_ ? &fi::RunPaged<NT, kDim, true, kLarge>
+                              : &fi::RunPaged<NT, kDim, false, kLarge>;
+      } else {
+        small_ = causal_mask_ ? &fi::RunRagged<NT, kDim, true, fi::kSmallTile>
+                              : &fi::RunRagged<NT, kDim, false, fi::kSmallTile>;
+        large_ = causal_mask_ ? &fi::RunRagged<NT, kDim, true, kLarge>
+                              : &fi::RunRagged<NT, kDim, false, kLarge>;
+      }
+    });
+  }
+
+  void operator()(const Handle& handle, const Tensor& query, const Tensor& key,
+                  const Tensor& value, const Tensor&, const Tensor&,
+                  const std::optional<Tensor>& block_table,
+                  std::optional<double>, bool, int64_t, int64_t,
+                  std::optional<int64_t>,
+                  const std::optional<Tensor>& cu_seqlens_q_host,
+                  const std::optional<Tensor>& cu_seqlens_kv_host,
+                  const std::optional<Tensor>& out) const override {
+    namespace fi = cuda::flashinfer;
+    if (num_tokens_q_ == 0 || batch_ == 0) return;
+    const int32_t* cu_q = cu_seqlens_q_host->data_as<int32_t>();
+    const int32_t* cu_kv = cu_seqlens_kv_host->data_as<int32_t>();
+    CheckCuSeqlens(cu_q, cu_kv, batch_, num_tokens_q_, num_tokens_kv_);
+    if (paged_) {
+      const int64_t capacity = max_blocks_ * block_size_;
+      for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t kv_len = int64_t{cu_kv[b + 1]} - cu_kv[b];
+        POLYOPS_CHECK(kv_len <= capacity, "polyops.", kName, ": sequence ", b,
+                      " has ", kv_len,
+                      " kv tokens (cu_seqlens_kv_host), more than its "
+                      "block_table row holds (",
+                      max_blocks_, " blocks of ", block_size_, ")");
+      }
+    }
+    fi::CheckAligned(kName, "query", query.data());
+    fi::CheckAligned(kName, "key", key.data());
+    fi::CheckAligned(kName, "value", value.data());
+    fi::CheckAligned(kName, "out", out->data());
+
+    fi::PlanInput input;
+    input.batch = static_cast<int>(batch_);
+    input.q_indptr = cu_q;
+    input.kv_indptr = cu_kv;
+    input.num_qo_heads = static_cast<int>(num_heads_);
+    input.num_kv_heads = static_cast<int>(num_kv_heads_);
+    input.head_dim = static_cast<int>(head_size_);
+    input.page_size = paged_ ? static_cast<int>(block_size_) : 0;
+    input.window_left = window_left_i32_;
+    input.causal = causal_mask_;
+    int device = 0;
+    int num_sms = 0;
+    cuda::Check(cudaGetDevice(&device), kName, "cudaGetDevice");
+    cuda::Check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount,
+                                       device),
+                kName, "cudaDeviceGetAttribute");
+    const fi::Plan plan = fi::MakePlan(input, num_sms);
+
+    fi::LaunchArgs args;
+    args.q = query.data();
+    args.q_stride_n = query.stride(0);
+    args.q_stride_h = query.stride(1);
+    args.k = key.data();
+    args.v = value.data();
+    if (paged_) {
+      args.page_stride = key.stride(0);
+      args.page_stride_n = key.stride(1);
+      args.page_stride_h = key.stride(2);
+      args.page_size = static_cast<int>(block_size_);
+    } else {
+      args.k_stride_n = key.stride(0);
+      args.k_stride_h = key.stride(1);
+      args.v_stride_n = value.stride(0);
+      args.v_stride_h = value.stride(1);
+    }
+    args.o = out->data();
+    args.batch = input.batch;
+    args.num_qo_heads = input.num_qo_heads;
+    args.num_kv_heads = input.num_kv_heads;
+    args.head_dim = input.head_dim;
+    args.sm_scale = scale_;
+    args.window_left = window_left_i32_;
+    fi::PagedTable table;
+    if (paged_) {
+      table.table = block_table->data_as<int32_t>();
+      table.stride = block_table->stride(0);
+      table.num_blocks = num_blocks_;
+    }
+    fi::Execute(handle, plan, args, paged_ ? &table : nullptr, small_, large_,
+                fi::NanBits(dtype_), kName);
+  }
+
+ private:
+  bool causal_mask_ = true;
+  int32_t window_left_i32_ = -1;
+  cuda::flashinfer::Launcher small_ = nullptr;
+  cuda::flashinfer::Launcher large_ = nullptr;
+};
+
+template <>
+struct DefaultImplementation<FlashAttention, Device::Type::kCuda> {
+  static constexpr int kIndex = 1;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_WITH_FLASHINFER
+
+#endif  // POLYOPS_CUDA_FLASH_ATTENTION_FLASHINFER_CUH_

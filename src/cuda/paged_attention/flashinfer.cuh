@@ -1,0 +1,156 @@
+#ifndef POLYOPS_CUDA_PAGED_ATTENTION_FLASHINFER_CUH_
+#define POLYOPS_CUDA_PAGED_ATTENTION_FLASHINFER_CUH_
+
+#ifdef POLYOPS_WITH_FLASHINFER
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "base/paged_attention.h"
+#include "core/operator.h"
+#include "cuda/common.cuh"
+#include "cuda/flashinfer_checks.h"
+#include "cuda/flashinfer_plan.h"
+
+namespace polyops {
+
+// Slot 1: decode through FlashInfer's FA2 paged prefill kernel with one
+// query token per sequence (what FlashInfer's Python API calls decode with
+// use_tensor_cores=True: the GQA group's query heads fill the tile rows, so
+// Hq / Hkv = 4 makes 4 useful rows instead of 1), the default where it
+// applies (docs/cuda_attention.md, "flashinfer"). Sharing the prefill
+// instantiations with flash_attention's slot 1 costs no extra compile time.
+// The schedule is planned on the host from seq_lens_host (whose values
+// decide the lengths; block_table_host is accepted and not needed: the pages
+// are gathered from the device block table). Outside its envelope the
+// constructor raises NotImplemented and the default selection runs slot 0
+// ("flash"): float32, a (dtype, head size) pair this build did not compile,
+// no seq_lens_host, a strided out, cache strides that are not multiples of
+// 8 elements or key and value caches with different strides. Deviations as
+// flash_attention's slot 1 (bf16/fp16 softmax weights, -5e4 mask sentinel).
+// Compiled, never executed on a GPU when written.
+template <>
+class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
+ public:
+  static constexpr const char* kImplementationName = "flashinfer";
+
+  Operator(const Tensor& query, const Tensor& key_cache,
+           const Tensor& value_cache, const Tensor& seq_lens,
+           const Tensor& block_table, std::optional<double> scale,
+           const std::optional<Tensor>& seq_lens_host,
+           const std::optional<Tensor>& block_table_host,
+           const std::optional<Tensor>& out)
+      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
+                       scale, seq_lens_host, block_table_host, out) {
+    namespace fi = cuda::flashinfer;
+    fi::CheckCompiled(kName, dtype_, head_size_);
+    if (!seq_lens_host.has_value()) {
+      fi::Refuse(kName,
+                 "calls without seq_lens_host because its schedule is "
+                 "planned on the host, and reading the device seq_lens would "
+                 "need a blocking device-to-host copy");
+    }
+    fi::CheckContiguousOut(kName, *out);
+    fi::CheckOperand(kName, "query", query);
+    fi::CheckCaches(kName, key_cache, value_cache);
+    if (block_size_ > std::numeric_limits<int32_t>::max() ||
+        max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
+      fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
+                 " blocks per sequence because FlashInfer counts tokens in "
+                 "32 bits");
+    }
+    fi::DispatchCompiled(dtype_, head_size_, [&](auto type_tag, auto dim_tag) {
+      using NT = decltype(type_tag);
+      constexpr int kDim = decltype(dim_tag)::value;
+      // One query token per sequence: no mask applies.
+      small_ = &fi::RunPaged<NT, kDim, false, fi::kSmallTile>;
+      large_ = &fi::RunPaged<NT, kDim, false, fi::LargeTile(kDim)>;
+    });
+    q_indptr_.resize(static_cast<size_t>(batch_) + 1);
+    for (int64_t b = 0; b <= batch_; ++b) {
+      q_indptr_[b] = static_cast<int32_t>(b);
+    }
+  }
+
+  void operator()(const Handle& handle, const Tensor& query,
+                  const Tensor& key_cache, const Tensor& value_cache,
+                  const Tensor&, const Tensor& block_table,
+                  std::optional<double>,
+                  const std::optional<Tensor>& seq_lens_host,
+                  const std::optional<Tensor>&,
+                  const std::optional<Tensor>& out) const override {
+    namespace fi = cuda::flashinfer;
+    if (batch_ == 0) return;
+    const int32_t* lens = seq_lens_host->data_as<int32_t>();
+    const int64_t capacity = max_blocks_ * block_size_;
+    for (int64_t b = 0; b < batch_; ++b) {
+      POLYOPS_CHECK(lens[b] >= 0 && lens[b] <= capacity, "polyops.", kName,
+                    ": seq_lens_host[", b, "] = ", lens[b],
+                    " must be in [0, max_blocks * block_size = ", capacity,
+                    "]");
+    }
+    fi::CheckAligned(kName, "query", query.data());
+    fi::CheckAligned(kName, "key_cache", key_cache.data());
+    fi::CheckAligned(kName, "value_cache", value_cache.data());
+    fi::CheckAligned(kName, "out", out->data());
+
+    fi::PlanInput input;
+    input.batch = static_cast<int>(batch_);
+    input.q_indptr = q_indptr_.data();
+    input.kv_lens = lens;
+    input.num_qo_heads = static_cast<int>(num_heads_);
+    input.num_kv_heads = static_cast<int>(num_kv_heads_);
+    input.head_dim = static_cast<int>(head_size_);
+    input.page_size = static_cast<int>(block_size_);
+    int device = 0;
+    int num_sms = 0;
+    cuda::Check(cudaGetDevice(&device), kName, "cudaGetDevice");
+    cuda::Check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount,
+                                       device),
+                kName, "cudaDeviceGetAttribute");
+    const fi::Plan plan = fi::MakePlan(input, num_sms);
+
+    fi::LaunchArgs args;
+    args.q = query.data();
+    args.q_stride_n = query.stride(0);
+    args.q_stride_h = query.stride(1);
+    args.k = key_cache.data();
+    args.v = value_cache.data();
+    args.page_stride = key_cache.stride(0);
+    args.page_stride_n = key_cache.stride(1);
+    args.page_stride_h = key_cache.stride(2);
+    args.page_size = input.page_size;
+    args.o = out->data();
+    args.batch = input.batch;
+    args.num_qo_heads = input.num_qo_heads;
+    args.num_kv_heads = input.num_kv_heads;
+    args.head_dim = input.head_dim;
+    args.sm_scale = scale_;
+    fi::PagedTable table;
+    table.table = block_table.data_as<int32_t>();
+    table.stride = block_table.stride(0);
+    table.num_blocks = num_blocks_;
+    fi::Execute(handle, plan, args, &table, small_, large_, fi::NanBits(dtype_),
+                kName);
+  }
+
+ private:
+  std::vector<int32_t> q_indptr_;  // 0, 1, ..., B: one query row each
+  cuda::flashinfer::Launcher small_ = nullptr;
+  cuda::flashinfer::Launcher large_ = nullptr;
+};
+
+template <>
+struct DefaultImplementation<PagedAttention, Device::Type::kCuda> {
+  static constexpr int kIndex = 1;
+};
+
+}  // namespace polyops
+
+#endif  // POLYOPS_WITH_FLASHINFER
+
+#endif  // POLYOPS_CUDA_PAGED_ATTENTION_FLASHINFER_CUH_
