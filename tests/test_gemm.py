@@ -260,8 +260,11 @@ def test_linear_out_given(gen):
 # layout; on a CPU without the ISA the same cases run OpenBLAS.
 
 # (m, n, k): decode rows (m <= 32: b read in place), a k tail
-# under one vector, m past the decode blocking (two k passes of the dot form,
-# three of the pair form), several row and column blocks.
+# under one vector, m past the decode blocking (the packed path: 12-row
+# tiles and their row tails, 32-column panels and their column tails, an odd
+# k, k split into passes (past 4096 bfloat16 / 2048 float32 values; the odd
+# one in the last pass), several column strips of 256 and row blocks of up
+# to 192).
 KERNEL_SHAPES = [
     (1, 1, 1),
     (1, 7, 33),
@@ -272,6 +275,11 @@ KERNEL_SHAPES = [
     (32, 100, 257),
     parallel_param((33, 40, 1100), id="(33, 40, 1100)"),
     parallel_param((70, 300, 1100), id="(70, 300, 1100)"),
+    (37, 33, 7),
+    parallel_param((45, 70, 257), id="(45, 70, 257)"),
+    parallel_param((200, 520, 129), id="(200, 520, 129)"),
+    parallel_param((397, 36, 300), id="(397, 36, 300)"),
+    parallel_param((37, 20, 4099), id="(37, 20, 4099)"),
 ]
 
 
@@ -350,9 +358,9 @@ def test_kernel_paths_taken(gen):
     for call, form in [(linear, "dot"), (matmul, None)]:
         expected = [
             (BF16, 1, "bf16-dot" if form else "bf16-pair"),
-            (BF16, 100, "bf16-packed-dot"),
+            (BF16, 100, "bf16-packed"),
             (F32, 32, "f32-dot" if form else "f32-axpy"),
-            (F32, 33, "f32-packed-dot"),
+            (F32, 33, "f32-packed"),
             (F16, 1, "openblas"),
         ]
         for dtype, m, path in expected:

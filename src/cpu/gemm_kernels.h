@@ -26,8 +26,8 @@ bool KernelGemm(const GemmLayout& layout, DataType dtype, float alpha,
                 void* out);
 
 // The path the last matmul/gemm/linear CPU call of this thread took, for
-// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed-dot" (AVX512-BF16
-// kernels), "f32-dot", "f32-axpy", "f32-packed-dot" (AVX-512F kernels) or
+// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed" (AVX512-BF16
+// kernels), "f32-dot", "f32-axpy", "f32-packed" (AVX-512F kernels) or
 // "openblas" (sgemm; float16/bfloat16 through float32 workspaces). See
 // docs/cpu_gemm.md.
 const char* LastGemmPath();
