@@ -458,8 +458,8 @@ struct BlockJob {
 
 // out[i0:i0+rows, j0:j0+cols] of matrix bi: summed over k in kc passes into
 // a float32 block, then scaled, given its beta * c term and rounded once.
-// b (leading dim ldb) is the matrix's b, or its column block j0 packed
-// column-major (then b_col0 = 0: its columns start at the block).
+// b (leading dim ldb) is the matrix's b, read in place; the block's
+// columns start at its column b_col0.
 template <typename T, typename E>
 void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0, int64_t j0,
                   int64_t rows, int64_t cols, const E* b, int64_t ldb, bool dot,
