@@ -22,8 +22,8 @@ Cases, float32 and bfloat16 each (the targets of issue 13):
 
 Every candidate is checked against torch before anything is timed, and the
 "path" column says which polyops CPU path ran: ``bf16-dot`` / ``bf16-pair`` /
-``bf16-packed-dot`` (own AVX512-BF16 kernels), ``f32-dot`` / ``f32-axpy`` /
-``f32-packed-dot`` (own AVX-512F kernels) or ``openblas`` (sgemm; see
+``bf16-packed`` (own AVX512-BF16 kernels), ``f32-dot`` / ``f32-axpy`` /
+``f32-packed`` (own AVX-512F kernels) or ``openblas`` (sgemm; see
 docs/cpu_gemm.md).
 
 GFLOP/s = 2 * m * n * k / median seconds per call / 1e9 (the alpha/beta/bias

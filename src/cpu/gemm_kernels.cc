@@ -4,12 +4,14 @@
 // uninitialized variable on purpose and then warns about it.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -178,6 +180,78 @@ POLYOPS_TARGET_GEMM POLYOPS_INLINE void StoreTile(const __m512 (&acc)[MR][NV],
   }
 }
 
+// Up to 16 values of a T row (element stride `stride`) as float32; lanes
+// past `mask` are zero.
+template <typename T>
+POLYOPS_TARGET_GEMM POLYOPS_INLINE __m512 LoadLanes(const T* src,
+                                                    int64_t stride,
+                                                    __mmask16 mask, int n) {
+  if (stride == 1) {
+    if constexpr (std::is_same_v<T, float>) {
+      return _mm512_maskz_loadu_ps(mask, src);
+    } else {
+      const __m256i bits = _mm256_maskz_loadu_epi16(mask, src);
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    }
+  }
+  if (stride == 0) return _mm512_maskz_mov_ps(mask, _mm512_set1_ps(Load(src)));
+  alignas(64) float values[16] = {};
+  for (int t = 0; t < n; ++t) values[t] = Load(src + t * stride);
+  return _mm512_load_ps(values);
+}
+
+// The first n lanes of v stored into a T row (element stride `stride`),
+// rounded as Store rounds (bfloat16: to nearest even, NaN kept quiet).
+template <typename T>
+POLYOPS_TARGET_GEMM POLYOPS_INLINE void StoreLanes(__m512 v, T* dst,
+                                                   int64_t stride,
+                                                   __mmask16 mask, int n) {
+  if (stride == 1) {
+    if constexpr (std::is_same_v<T, float>) {
+      _mm512_mask_storeu_ps(dst, mask, v);
+    } else {
+      const __m512i bits = _mm512_castps_si512(v);
+      const __m512i one = _mm512_set1_epi32(1);
+      const __m512i rounded =
+          _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)),
+                           _mm512_and_si512(_mm512_srli_epi32(bits, 16), one));
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+          _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+          _mm512_set1_epi32(0x7f800000));
+      const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+      const __m512i chosen = _mm512_mask_mov_epi32(rounded, nan, quiet);
+      _mm256_mask_storeu_epi16(
+          dst, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(chosen, 16)));
+    }
+    return;
+  }
+  alignas(64) float values[16];
+  _mm512_store_ps(values, v);
+  for (int t = 0; t < n; ++t) Store(dst + t * stride, values[t]);
+}
+
+// out[0:n] = alpha * sums[0:n] (+ beta * c[0:n] when c is given), rounded
+// once to T; c and out have element strides (c's may be 0: a bias).
+template <typename T>
+POLYOPS_TARGET_GEMM void FinishRow(const float* sums, int64_t n, float alpha,
+                                   float beta, const T* c, int64_t c_stride,
+                                   T* out, int64_t out_stride) {
+  const __m512 alpha_v = _mm512_set1_ps(alpha);
+  const __m512 beta_v = _mm512_set1_ps(beta);
+  for (int64_t j = 0; j < n; j += 16) {
+    const int lanes = static_cast<int>(std::min<int64_t>(16, n - j));
+    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(mask, sums + j);
+    if (alpha != 1.0f) v = _mm512_mul_ps(v, alpha_v);
+    if (c != nullptr) {
+      const __m512 cv = LoadLanes(c + j * c_stride, c_stride, mask, lanes);
+      v = _mm512_add_ps(v, _mm512_mul_ps(beta_v, cv));
+    }
+    StoreLanes(v, out + j * out_stride, out_stride, mask, lanes);
+  }
+}
+
 // The bfloat16 product with a row-major b ([k, n], rows contiguous in n):
 // dst[i][0:16 * NV] (+)= sum over pairs p of a[i][2p:2p+2] . b[2p:2p+2][:].
 // Two rows of b are interleaved into (b[2p][j], b[2p + 1][j]) pairs in
@@ -343,38 +417,27 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// `dot`: the kernel is the dot form (b column-major, as given or packed).
+// Blocking of a decode product (m <= kSmallM). `dot`: b is column-major.
+// The weight streams from memory once; its column blocks are split over the
+// threads (at least 4 blocks per thread to balance). The dot form reads
+// whole columns of b (rows of the weight), so k is not split and the sums
+// stay in registers. The row form reads rows of b: k passes of 128 rows
+// sweep the whole column block, so memory is read in runs of nc elements
+// rather than one tile's width.
 Blocking ChooseBlocking(int64_t m, int64_t n, int64_t k, bool dot) {
   const int64_t threads = std::max(1, omp_get_max_threads());
   Blocking blocking;
-  if (m <= kSmallM) {
-    // Decode: the weight streams from memory once; its column blocks are
-    // split over the threads (at least 4 blocks per thread to balance).
-    // The dot form reads whole columns of b (rows of the weight), so k is
-    // not split and the sums stay in registers. The row form reads rows of
-    // b: k passes of 128 rows sweep the whole column block, so memory is
-    // read in runs of nc elements rather than one tile's width.
-    blocking.mc = m;
-    blocking.nc = std::clamp<int64_t>(
-        RoundUp((n + 4 * threads - 1) / (4 * threads), 64), 64, 512);
-    blocking.kc = dot ? k : std::min<int64_t>(k, 128);
-    if (!dot && m <= 8) {
-      // A few rows of a: the product is one pass over b, best read in long
-      // runs. Each thread takes one wide column range, and passes of a few
-      // rows of b sweep it tile by tile, so the prefetchers see a few long
-      // streams (one per row of b) instead of a tile's width per row.
-      blocking.nc = RoundUp((n + threads - 1) / threads, 256);
-      blocking.kc = std::min<int64_t>(k, m <= 4 ? 4 : 16);
-    }
-  } else {
-    // Larger products: a block of a (mc x kc, bfloat16: 128 KiB) stays
-    // in L2 while the kernel sweeps it against each column tile of b,
-    // which stays in L1.
-    blocking.mc = 64;
-    blocking.nc = 256;
-    const int64_t max_kc = dot ? 1024 : 512;
-    const int64_t passes = (k + max_kc - 1) / max_kc;
-    blocking.kc = RoundUp((k + passes - 1) / passes, 32);
+  blocking.mc = m;
+  blocking.nc = std::clamp<int64_t>(
+      RoundUp((n + 4 * threads - 1) / (4 * threads), 64), 64, 512);
+  blocking.kc = dot ? k : std::min<int64_t>(k, 128);
+  if (!dot && m <= 8) {
+    // A few rows of a: the product is one pass over b, best read in long
+    // runs. Each thread takes one wide column range, and passes of a few
+    // rows of b sweep it tile by tile, so the prefetchers see a few long
+    // streams (one per row of b) instead of a tile's width per row.
+    blocking.nc = RoundUp((n + threads - 1) / threads, 256);
+    blocking.kc = std::min<int64_t>(k, m <= 4 ? 4 : 16);
   }
   return blocking;
 }
@@ -395,8 +458,8 @@ struct BlockJob {
 
 // out[i0:i0+rows, j0:j0+cols] of matrix bi: summed over k in kc passes into
 // a float32 block, then scaled, given its beta * c term and rounded once.
-// b (leading dim ldb) is the matrix's b, or its column block j0 packed
-// column-major (then b_col0 = 0: its columns start at the block).
+// b (leading dim ldb) is the matrix's b, read in place; the block's
+// columns start at its column b_col0.
 template <typename T, typename E>
 void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0, int64_t j0,
                   int64_t rows, int64_t cols, const E* b, int64_t ldb, bool dot,
@@ -451,36 +514,26 @@ void ComputeBlock(const BlockJob<T, E>& job, int64_t bi, int64_t i0, int64_t j0,
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = block.data() + r * pitch;
-    if (job.alpha != 1.0f) {
-      for (int64_t j = 0; j < cols; ++j) row[j] *= job.alpha;
-    }
-    if (job.c != nullptr) {
-      const T* c_row =
-          job.c + bi * job.c_m.batch_stride + (i0 + r) * job.c_m.row_stride;
-      for (int64_t j = 0; j < cols; ++j) {
-        row[j] += job.beta * Load(c_row + (j0 + j) * job.c_m.col_stride);
-      }
-    }
-    StoreBlock(row,
-               job.out + bi * job.out_m.batch_stride +
-                   (i0 + r) * job.out_m.row_stride + j0 * job.out_m.col_stride,
-               job.out_m.col_stride, cols);
+    const int64_t i = i0 + r;
+    FinishRow(block.data() + r * pitch, cols, job.alpha, job.beta,
+              job.c == nullptr
+                  ? nullptr
+                  : job.c + bi * job.c_m.batch_stride + i * job.c_m.row_stride +
+                        j0 * job.c_m.col_stride,
+              job.c_m.col_stride,
+              job.out + bi * job.out_m.batch_stride + i * job.out_m.row_stride +
+                  j0 * job.out_m.col_stride,
+              job.out_m.col_stride);
   }
 }
 
-// The product as tasks of mc x nc output blocks over the threads. With
-// more than kSmallM rows of a, b is packed column-major with a padded
-// stride, nc columns at a time (a plain copy, once per element of b,
-// amortized over the rows of a): a row-major b so the dot form runs it
-// (the row form re-reads b's strided rows for every row block), a
-// column-major one so its columns do not alias in L1.
+// The product as tasks of mc x nc output blocks over the threads, b read
+// in place (m <= kSmallM: decode).
 template <typename T, typename E>
 void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
                 const GemmMatrix& c_m, float alpha, float beta, const T* c,
                 T* out) {
-  const bool pack = o.m > kSmallM;
-  const bool dot = o.b_col_major || pack;
+  const bool dot = o.b_col_major;
   const Blocking blk = ChooseBlocking(o.m, o.n, o.k, dot);
   // Row tiles write whole vectors, up to 256 columns: the float32 block's
   // rows are padded to that.
@@ -489,61 +542,248 @@ void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
   const int64_t m_blocks = (o.m + blk.mc - 1) / blk.mc;
   const int64_t n_blocks = (o.n + blk.nc - 1) / blk.nc;
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
-  const bool parallel = work >= 65536.0 * 4;
-  if (!pack) {
-    ParallelFor(o.batch * n_blocks * m_blocks, parallel, [&](int64_t t) {
-      const int64_t ib = t % m_blocks;
-      const int64_t jb = (t / m_blocks) % n_blocks;
-      const int64_t bi = t / (m_blocks * n_blocks);
-      const int64_t i0 = ib * blk.mc;
-      const int64_t j0 = jb * blk.nc;
-      ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0),
-                   std::min(blk.nc, o.n - j0), o.b + bi * o.b_batch, o.ldb, dot,
-                   j0);
-    });
-    return;
+  ParallelFor(o.batch * n_blocks * m_blocks, work >= 65536.0 * 4,
+              [&](int64_t t) {
+                const int64_t ib = t % m_blocks;
+                const int64_t jb = (t / m_blocks) % n_blocks;
+                const int64_t bi = t / (m_blocks * n_blocks);
+                const int64_t i0 = ib * blk.mc;
+                const int64_t j0 = jb * blk.nc;
+                ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0),
+                             std::min(blk.nc, o.n - j0), o.b + bi * o.b_batch,
+                             o.ldb, dot, j0);
+              });
+}
+
+// ---------------------------------------------------------------------------
+// The blocked product for more than kSmallM rows (both dtypes): b packed once
+// per column strip into the layout the micro-kernel streams, a read in place
+// (row-major: one row's k run is contiguous, and a bfloat16 pair of it is one
+// 32-bit broadcast), kMr x kNr output tiles held in 24 accumulators.
+//
+// Packed b is made of 32-bit units: a (b[2s][j], b[2s + 1][j]) bfloat16 pair,
+// the operand layout of vdpbf16ps, or one float32 b[s][j]. A panel is kNr
+// columns; its step s (kUnitK values of k) is kNr consecutive units, so the
+// kernel loads kPackNv vectors per step and broadcasts one unit of each row
+// of a against them: kMr * kPackNv vdpbf16ps / FMA per kPackNv + kMr loads
+// (the broadcasts fold into the instructions), none of them a reduction.
+constexpr int kMr = 12;
+constexpr int kPackNv = 2;
+constexpr int64_t kNr = 16 * kPackNv;
+// Most steps of k per pass. A tile's sums stay in registers for a whole
+// pass, so k is split only when it is long: each pass ends in a round trip
+// of the 24 accumulators through the float32 block, which at 128 steps per
+// pass (a panel's pass in L1) cost ~7 % of the time at 1024^3. A pass of
+// 2048 steps reads its panel (up to 256 KiB) from L2, which keeps up: one
+// 128-byte step per kMr * kPackNv instructions.
+constexpr int64_t kMaxStepsPerPass = 2048;
+// Columns per strip (one task; its packed b, all of k, stays in L2/L3) and
+// rows per block (the float32 sums of a block, kMcMax x kNc, stay in L2).
+constexpr int64_t kNc = 256;
+constexpr int64_t kMcMax = 192;
+
+template <typename E>
+inline constexpr int64_t kUnitK = std::is_same_v<E, float> ? 1 : 2;
+
+// dst tile (MR x kNr float32, rows ld_dst apart) (+)= a[0:MR, 0:steps *
+// kUnitK] @ packed panel; for bfloat16, `half` adds one more k (the odd
+// last one: its unit's second value is zero in b and not read from a).
+template <typename E, int MR>
+POLYOPS_TARGET_GEMM void PackedTile(const E* a, int64_t lda, const uint32_t* b,
+                                    int64_t steps, bool half, float* dst,
+                                    int64_t ld_dst, bool accumulate) {
+  __m512 acc[MR][kPackNv];
+  for (int i = 0; i < MR; ++i) {
+    for (int v = 0; v < kPackNv; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  // One task per column strip (nc columns of one matrix): pack the strip,
-  // then run every row block against it. No task waits for another.
-  ParallelFor(o.batch * n_blocks, parallel, [&](int64_t t) {
-    const int64_t bi = t / n_blocks;
-    const int64_t j0 = t % n_blocks * blk.nc;
-    const int64_t cols = std::min(blk.nc, o.n - j0);
-    // Columns of the packed strip are ld elements apart: k rounded up to a
-    // cache line plus one more, so a tile's 4 columns do not all fall in
-    // one L1 set when k is a multiple of 2048 (4 KiB apart).
-    const int64_t ld = RoundUp(o.k, 64 / sizeof(E)) + 64 / sizeof(E);
-    thread_local std::vector<E> packed;
-    packed.resize(static_cast<size_t>(cols * ld));
+  const auto step = [&](int64_t s, int bytes) POLYOPS_TARGET_GEMM {
+    const uint32_t* bs = b + s * kNr;
+    if constexpr (std::is_same_v<E, float>) {
+      __m512 bv[kPackNv];
+      for (int v = 0; v < kPackNv; ++v) bv[v] = _mm512_loadu_ps(bs + 16 * v);
+      for (int i = 0; i < MR; ++i) {
+        const __m512 av = _mm512_set1_ps(a[i * lda + s]);
+        for (int v = 0; v < kPackNv; ++v) {
+          acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+      }
+    } else {
+      __m512bh bv[kPackNv];
+      for (int v = 0; v < kPackNv; ++v) {
+        bv[v] = (__m512bh)_mm512_loadu_si512(bs + 16 * v);
+      }
+      for (int i = 0; i < MR; ++i) {
+        uint32_t pair = 0;
+        std::memcpy(&pair, a + i * lda + 2 * s, bytes);
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+        for (int v = 0; v < kPackNv; ++v) {
+          acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+        }
+      }
+    }
+  };
+  for (int64_t s = 0; s < steps; ++s) step(s, 4);
+  if constexpr (!std::is_same_v<E, float>) {
+    if (half) step(steps, 2);
+  }
+  StoreTile<MR, kPackNv>(acc, dst, ld_dst, accumulate);
+}
+
+template <typename E>
+using PackedFn = void (*)(const E*, int64_t, const uint32_t*, int64_t, bool,
+                          float*, int64_t, bool);
+
+template <typename E, int... I>
+constexpr std::array<PackedFn<E>, sizeof...(I)> MakePackedTable(
+    std::integer_sequence<int, I...>) {
+  return {&PackedTile<E, I + 1>...};
+}
+
+// Columns [j0, j0 + cols) of matrix bi of b, all of k, packed as panels
+// (see above); columns past `cols` and the second value of an odd last k
+// are zero.
+template <typename E>
+POLYOPS_TARGET_GEMM void PackStrip(const Oriented<E>& o, int64_t bi, int64_t j0,
+                                   int64_t cols, int64_t steps, uint32_t* dst) {
+  constexpr int64_t kK = kUnitK<E>;
+  const E* b = o.b + bi * o.b_batch;
+  const int64_t full_steps = o.k / kK;  // steps with every k present
+  for (int64_t c0 = 0; c0 < cols; c0 += kNr) {
+    const int64_t valid = std::min(kNr, cols - c0);
+    uint32_t* panel = dst + c0 / kNr * steps * kNr;
     if (o.b_col_major) {
-      // Columns of b are contiguous already: copied to the padded stride.
-      const E* src = o.b + bi * o.b_batch + j0 * o.ldb;
-      for (int64_t j = 0; j < cols; ++j) {
-        std::memcpy(packed.data() + j * ld, src + j * o.ldb, o.k * sizeof(E));
+      // Column j's units are contiguous (k runs along the column): a
+      // transpose, one 16-column gather per vector (scale: element bytes;
+      // the index j * ldb fits 32 bits, see KernelGemm).
+      for (int v = 0; v < kPackNv; ++v) {
+        const int lanes =
+            static_cast<int>(std::clamp<int64_t>(valid - 16 * v, 0, 16));
+        const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
+        const __m512i idx =
+            _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                6, 5, 4, 3, 2, 1, 0),
+                               _mm512_set1_epi32(static_cast<int>(o.ldb)));
+        const E* col = b + (j0 + c0 + 16 * v) * o.ldb;
+        for (int64_t s = 0; s < full_steps; ++s) {
+          __m512i units = _mm512_setzero_si512();
+          if (lanes > 0) {
+            units = _mm512_mask_i32gather_epi32(units, mask, idx, col + kK * s,
+                                                sizeof(E));
+          }
+          _mm512_storeu_si512(panel + s * kNr + 16 * v, units);
+        }
+        if (full_steps < steps) {
+          for (int j = 0; j < 16; ++j) {
+            uint16_t last = 0;
+            if (j < lanes) std::memcpy(&last, col + j * o.ldb + o.k - 1, 2);
+            panel[full_steps * kNr + 16 * v + j] = last;
+          }
+        }
+      }
+      continue;
+    }
+    // Row-major b: rows of the strip are contiguous.
+    for (int64_t s = 0; s < steps; ++s) {
+      if constexpr (std::is_same_v<E, float>) {
+        for (int v = 0; v < kPackNv; ++v) {
+          const int lanes =
+              static_cast<int>(std::clamp<int64_t>(valid - 16 * v, 0, 16));
+          const __m512 x =
+              _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes) - 1),
+                                    b + s * o.ldb + j0 + c0 + 16 * v);
+          _mm512_storeu_ps(panel + s * kNr + 16 * v, x);
+        }
+      } else {
+        // Two rows interleaved into pairs (element 2t of lo is x[t], 2t + 1
+        // is y[t]; hi does the same for t + 16).
+        alignas(64) static constexpr uint16_t kLo[32] = {
+            0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+            8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+        alignas(64) static constexpr uint16_t kHi[32] = {
+            16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+            24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+        const __m512i idx_lo = _mm512_load_si512(kLo);
+        const __m512i idx_hi = _mm512_load_si512(kHi);
+        for (int ch = 0; ch < kPackNv / 2; ++ch) {
+          const int lanes =
+              static_cast<int>(std::clamp<int64_t>(valid - 32 * ch, 0, 32));
+          const __mmask32 mask = static_cast<__mmask32>((1ull << lanes) - 1);
+          const E* row = b + 2 * s * o.ldb + j0 + c0 + 32 * ch;
+          const __m512i x = _mm512_maskz_loadu_epi16(mask, row);
+          const __m512i y = 2 * s + 1 < o.k
+                                ? _mm512_maskz_loadu_epi16(mask, row + o.ldb)
+                                : _mm512_setzero_si512();
+          _mm512_storeu_si512(panel + s * kNr + 32 * ch,
+                              _mm512_permutex2var_epi16(x, idx_lo, y));
+          _mm512_storeu_si512(panel + s * kNr + 32 * ch + 16,
+                              _mm512_permutex2var_epi16(x, idx_hi, y));
+        }
       }
     }
-    const E* src = o.b + bi * o.b_batch + j0;
-    // packed[j][p] = b[p][j0 + j], through 32 x 32 tiles, 32 rows of b at
-    // a time: each row's run across the strip is read once, in order
-    // (column by column, rows ldb apart thrash one L1 set and the TLB).
-    constexpr int64_t kT = 32;
-    alignas(64) E tile[kT][kT];
-    for (int64_t p0 = 0; !o.b_col_major && p0 < o.k; p0 += kT) {
-      const int64_t pn = std::min(kT, o.k - p0);
-      for (int64_t jg = 0; jg < cols; jg += kT) {
-        const int64_t jn = std::min(kT, cols - jg);
-        for (int64_t p = 0; p < pn; ++p) {
-          std::memcpy(tile[p], src + (p0 + p) * o.ldb + jg, jn * sizeof(E));
-        }
-        for (int64_t j = 0; j < jn; ++j) {
-          E* dst = packed.data() + (jg + j) * ld + p0;
-          for (int64_t p = 0; p < pn; ++p) dst[p] = tile[p][j];
+  }
+}
+
+template <typename T, typename E>
+void RunPacked(const Oriented<E>& o, const GemmMatrix& out_m,
+               const GemmMatrix& c_m, float alpha, float beta, const T* c,
+               T* out) {
+  static_assert(kPackNv % 2 == 0, "bfloat16 packs 32 columns per load");
+  static constexpr auto kTable =
+      MakePackedTable<E>(std::make_integer_sequence<int, kMr>());
+  constexpr int64_t kK = kUnitK<E>;
+  const int64_t steps = (o.k + kK - 1) / kK;
+  // Passes of equal length (the last may hold the odd k of bfloat16).
+  const int64_t passes = (steps + kMaxStepsPerPass - 1) / kMaxStepsPerPass;
+  const int64_t pass_steps = (steps + passes - 1) / passes;
+  const int64_t n_blocks = (o.n + kNc - 1) / kNc;
+  // Row blocks of equal size (whole tiles), at most kMcMax rows.
+  const int64_t m_blocks = (o.m + kMcMax - 1) / kMcMax;
+  const int64_t mc = RoundUp((o.m + m_blocks - 1) / m_blocks, kMr);
+  const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
+  ParallelFor(o.batch * n_blocks, work >= 65536.0 * 4, [&](int64_t t) {
+    const int64_t bi = t / n_blocks;
+    const int64_t j0 = t % n_blocks * kNc;
+    const int64_t cols = std::min(kNc, o.n - j0);
+    const int64_t panels = (cols + kNr - 1) / kNr;
+    thread_local std::vector<uint32_t> packed;
+    packed.resize(static_cast<size_t>(panels * steps * kNr));
+    PackStrip(o, bi, j0, cols, steps, packed.data());
+    const int64_t pitch = panels * kNr;
+    thread_local std::vector<float> block;
+    block.resize(static_cast<size_t>(mc * pitch));
+    const T* c_mat = c == nullptr ? nullptr : c + bi * c_m.batch_stride;
+    T* out_mat = out + bi * out_m.batch_stride;
+    for (int64_t i0 = 0; i0 < o.m; i0 += mc) {
+      const int64_t rows = std::min(mc, o.m - i0);
+      const E* a = o.a + bi * o.a_batch + i0 * o.lda;
+      for (int64_t s0 = 0; s0 < steps; s0 += pass_steps) {
+        const int64_t pass_k = std::min(pass_steps * kK, o.k - s0 * kK);
+        const bool last = s0 + pass_steps >= steps;
+        for (int64_t pj = 0; pj < panels; ++pj) {
+          const uint32_t* bp = packed.data() + (pj * steps + s0) * kNr;
+          for (int64_t ir = 0; ir < rows; ir += kMr) {
+            const int64_t mr = std::min<int64_t>(kMr, rows - ir);
+            float* dst = block.data() + ir * pitch + pj * kNr;
+            kTable[mr - 1](a + ir * o.lda + s0 * kK, o.lda, bp, pass_k / kK,
+                           pass_k % kK != 0, dst, pitch, s0 > 0);
+            if (!last) continue;
+            // The tile's final sums, still in L1: scaled, given beta * c
+            // and rounded into out.
+            const int64_t j = j0 + pj * kNr;
+            const int64_t width = std::min(kNr, o.n - j);
+            for (int64_t r = 0; r < mr; ++r) {
+              const int64_t i = i0 + ir + r;
+              FinishRow(dst + r * pitch, width, alpha, beta,
+                        c_mat == nullptr
+                            ? nullptr
+                            : c_mat + i * c_m.row_stride + j * c_m.col_stride,
+                        c_m.col_stride,
+                        out_mat + i * out_m.row_stride + j * out_m.col_stride,
+                        out_m.col_stride);
+            }
+          }
         }
       }
-    }
-    for (int64_t i0 = 0; i0 < o.m; i0 += blk.mc) {
-      ComputeBlock(job, bi, i0, j0, std::min(blk.mc, o.m - i0), cols,
-                   packed.data(), ld, true, 0);
     }
   });
 }
@@ -566,6 +806,10 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
   const bool swap = l.a_blas.trans;
   if (swap && !l.b_blas.trans) return false;
   const int64_t m = swap ? l.n : l.m;
+  // The packed path gathers columns of a column-major b with 32-bit
+  // indices (j * ldb, j < kNr); OpenBLAS takes larger leading dims.
+  const int64_t b_ld = swap ? l.a_blas.ld : l.b_blas.ld;
+  if (m > kSmallM && b_ld > INT32_MAX / kNr) return false;
 
   GemmMatrix out_m = l.out;
   GemmMatrix c_m = l.c;
@@ -590,14 +834,18 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
                         swap ? l.a_blas.ld : l.b_blas.ld,
                         swap ? l.a.batch_stride : l.b.batch_stride,
                         swap ? !l.a_blas.trans : l.b_blas.trans};
-    RunBlocked<T, E>(o, out_m, c_m, alpha, beta,
-                     use_c ? static_cast<const T*>(c) : nullptr,
-                     static_cast<T*>(out));
+    const T* tc = use_c ? static_cast<const T*>(c) : nullptr;
+    T* tout = static_cast<T*>(out);
     const bool packed = o.m > kSmallM;
-    last_path = is_bf16 ? (packed          ? "bf16-packed-dot"
+    if (packed) {
+      RunPacked<T, E>(o, out_m, c_m, alpha, beta, tc, tout);
+    } else {
+      RunBlocked<T, E>(o, out_m, c_m, alpha, beta, tc, tout);
+    }
+    last_path = is_bf16 ? (packed          ? "bf16-packed"
                            : o.b_col_major ? "bf16-dot"
                                            : "bf16-pair")
-                        : (packed          ? "f32-packed-dot"
+                        : (packed          ? "f32-packed"
                            : o.b_col_major ? "f32-dot"
                                            : "f32-axpy");
   };

@@ -1,8 +1,9 @@
 // polyops' own AVX-512 matrix-product kernels, run by BlasGemm ahead of
-// OpenBLAS: bfloat16 (AVX512-BF16 vdpbf16ps on the bfloat16 data in place:
-// no operand is converted) and float32 (FMA), every size. At decode sizes
-// sgemm is slow, and at large ones its own thread pool fights the OpenMP
-// pool that torch and polyops share.
+// OpenBLAS: bfloat16 (AVX512-BF16 vdpbf16ps on the bfloat16 data: no
+// operand is converted; past kSmallM rows b is packed, still bfloat16, into
+// the pair layout vdpbf16ps reads) and float32 (FMA), every size. At
+// decode sizes sgemm is slow, and at large ones its own thread pool fights
+// the OpenMP pool that torch and polyops share.
 #ifndef POLYOPS_CPU_GEMM_KERNELS_H_
 #define POLYOPS_CPU_GEMM_KERNELS_H_
 
@@ -12,7 +13,7 @@
 namespace polyops::cpu {
 
 // Products with at most this many rows (m, decode) read b in place; larger
-// ones pack it per column strip.
+// ones pack it per column strip (the "packed" paths).
 inline constexpr int64_t kSmallM = 32;
 
 // out = alpha * a @ b (+ beta * c when layout.has_c and beta != 0) and
@@ -26,8 +27,8 @@ bool KernelGemm(const GemmLayout& layout, DataType dtype, float alpha,
                 void* out);
 
 // The path the last matmul/gemm/linear CPU call of this thread took, for
-// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed-dot" (AVX512-BF16
-// kernels), "f32-dot", "f32-axpy", "f32-packed-dot" (AVX-512F kernels) or
+// benchmarks: "bf16-dot", "bf16-pair", "bf16-packed" (AVX512-BF16
+// kernels), "f32-dot", "f32-axpy", "f32-packed" (AVX-512F kernels) or
 // "openblas" (sgemm; float16/bfloat16 through float32 workspaces). See
 // docs/cpu_gemm.md.
 const char* LastGemmPath();
