@@ -3,6 +3,7 @@
 #ifndef POLYOPS_CPU_VECTOR_EXP_H_
 #define POLYOPS_CPU_VECTOR_EXP_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -20,22 +21,32 @@ namespace polyops::cpu {
 // from ln(FLT_MAX) = 88.72. (Building 2^n itself makes n = 128 inf: exp
 // overflowed from 88.38, and silu(g) for g in [-88.72, -88.38] was -0
 // instead of about -3e-37.)
+// The reduction, the Horner steps and y = r^2 p + r are fused multiply-adds
+// (std::fma: exact, so every ISA gives the same bits; vfmadd on AVX2 and
+// AVX-512, a libm call on the x86-64 baseline), as in torch's CPU exp
+// (Sleef expf u10: the same reduction, its own polynomial): the two then
+// give the same float for 99.82% of float32 inputs (99.75% unfused), and
+// silu, g / (1 + exp(-g)), matches F.silu for 99.93% of
+// tests/test_silu_vllm.py's inputs (99.88% unfused), within 1 ulp for all
+// but 0.007% (0.013%). A correctly rounded exp would match Sleef's for only
+// 99.03% of them (probe against Sleef_expf16_u10, every 61st float32 in
+// [1e-30, 100] of either sign).
 POLYOPS_INLINE float VectorExp(float x) {
   const bool nan = x != x;
   x = x < -87.6f ? -87.6f : x;
   x = x > 89.0f ? 89.0f : x;
   // n = round(x / ln 2) by the 1.5 * 2**23 shifter (no rounding call).
   const float shifter = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  const float n = std::fma(x, 1.44269504088896341f, shifter) - shifter;
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float y = std::fma(r * r, p, r) + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 126) << 23;
   float half_scale;
   std::memcpy(&half_scale, &bits, sizeof(half_scale));
