@@ -53,6 +53,56 @@ POLYOPS_INLINE float VectorExp(float x) {
   return nan ? x + x : (y + y) * half_scale;
 }
 
+// exp(t) for softmax, where t = x - max(x) is <= 0 or NaN (a NaN or +inf in
+// the row): cheaper than VectorExp, to within 1.5e-7 relative (a degree-5
+// polynomial fitted here for relative error, 5 fused steps), no upper clamp,
+// results below FLT_MIN rounded as IEEE subnormals and exactly 0 below about
+// -103.97 (so a -inf score weighs exactly 0). It is the scalar form of the
+// AVX-512 SoftmaxExp512 (cpu/causal_softmax/omp.h), to the bit: n = rint(t
+// log2 e) (the shifter's round to nearest even is VRNDSCALEPS's), and the
+// final y * 2^n, one float64 product rounded once, is what VSCALEFPS rounds.
+inline constexpr float kSoftmaxExpLow = -104.0f;
+inline constexpr float kSoftmaxExpLog2e = 1.44269504088896341f;
+// ln 2 = kSoftmaxExpLn2High + kSoftmaxExpLn2Low; the high part has 9 bits,
+// so n * high is exact for every n here.
+inline constexpr float kSoftmaxExpLn2High = 0.693359375f;
+inline constexpr float kSoftmaxExpLn2Low = -2.12194440e-4f;
+// exp(r) ~ 1 + r (c1 + r (c2 + r (c3 + r (c4 + r c5)))) on |r| <= ln(2) / 2.
+inline constexpr float kSoftmaxExpC1 = 0.9999997019767761f;
+inline constexpr float kSoftmaxExpC2 = 0.4999914765357971f;
+inline constexpr float kSoftmaxExpC3 = 0.1666763871908188f;
+inline constexpr float kSoftmaxExpC4 = 0.04189816489815712f;
+inline constexpr float kSoftmaxExpC5 = 0.008290263824164867f;
+
+POLYOPS_INLINE float SoftmaxExp(float t) {
+  const bool nan = t != t;
+  const float c = t < kSoftmaxExpLow ? kSoftmaxExpLow : t;
+  const float shifter = 12582912.0f;  // 1.5 * 2**23
+  const float shifted = c * kSoftmaxExpLog2e + shifter;
+  const float n = shifted - shifter;
+  float r = std::fma(n, -kSoftmaxExpLn2High, c);
+  r = std::fma(n, -kSoftmaxExpLn2Low, r);
+  float p = kSoftmaxExpC5;
+  p = std::fma(p, r, kSoftmaxExpC4);
+  p = std::fma(p, r, kSoftmaxExpC3);
+  p = std::fma(p, r, kSoftmaxExpC2);
+  p = std::fma(p, r, kSoftmaxExpC1);
+  const float y = std::fma(p, r, 1.0f);
+  // n from the shifter's low mantissa bits (no float-to-int conversion, so
+  // NaN is no undefined behaviour); 2^n in float64 is exact for n >= -150.
+  uint32_t shifted_bits, shifter_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
+  std::memcpy(&shifter_bits, &shifter, sizeof(shifter_bits));
+  const uint64_t exponent = static_cast<uint64_t>(
+      static_cast<int64_t>(static_cast<int32_t>(shifted_bits - shifter_bits)) +
+      1023);
+  const uint64_t scale_bits = (exponent & 0x7ffu) << 52;
+  double scale;
+  std::memcpy(&scale, &scale_bits, sizeof(scale));
+  const float result = static_cast<float>(static_cast<double>(y) * scale);
+  return nan ? t : result;
+}
+
 }  // namespace polyops::cpu
 
 #endif  // POLYOPS_CPU_VECTOR_EXP_H_
