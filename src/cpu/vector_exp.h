@@ -1,5 +1,6 @@
-// A branch-free float exp, so that row loops calling it vectorize: std::exp
-// only does under -ffast-math, which this build does not use.
+// Branch-free float exps, so that row loops calling them vectorize: std::exp
+// only does under -ffast-math, which this build does not use. VectorExp is
+// silu's (cpu/silu.h), SoftmaxExp causal_softmax's.
 #ifndef POLYOPS_CPU_VECTOR_EXP_H_
 #define POLYOPS_CPU_VECTOR_EXP_H_
 
@@ -12,16 +13,15 @@
 namespace polyops::cpu {
 
 // exp(x) to about 2 ulp (Cephes expf's range reduction and polynomial) with
-// IEEE ends: exp(-inf) = 0, exp(inf) = inf, NaN stays NaN, so softmax gives
-// a -inf logit weight 0 and silu(-inf) = -inf / inf is NaN, as torch has
-// them. The clamps do it with no branch: the result is 2y * 2^(n-1), the
-// scale's exponent bits n + 126, so below -87.6, n = -126 makes the scale 0
-// (results under about 1.6e-38 flush to 0), and at the upper clamp 89,
-// n = 128 still gives a finite 2^127, so float32 overflows to inf exactly
-// from ln(FLT_MAX) = 88.72. (Building 2^n itself makes n = 128 inf: exp
-// overflowed from 88.38, and silu(g) for g in [-88.72, -88.38] was -0
-// instead of about -3e-37.)
-// The reduction, the Horner steps and y = r^2 p + r are fused multiply-adds
+// IEEE ends: exp(-inf) = 0, exp(inf) = inf, NaN stays NaN, so
+// silu(-inf) = -inf / inf is NaN and silu(inf) = inf, as torch has them. The
+// clamps do it with no branch: the result is 2y * 2^(n-1), the scale's exponent
+// bits n + 126, so below -87.6, n = -126 makes the scale 0 (results under
+// about 1.6e-38 flush to 0), and at the upper clamp 89, n = 128 still gives a
+// finite 2^127, so float32 overflows to inf exactly from ln(FLT_MAX) = 88.72.
+// (Building 2^n itself makes n = 128 inf: exp overflowed from 88.38, and
+// silu(g) for g in [-88.72, -88.38] was -0 instead of about -3e-37.) The
+// reduction, the Horner steps and y = r^2 p + r are fused multiply-adds
 // (std::fma: exact, so every ISA gives the same bits; vfmadd on AVX2 and
 // AVX-512, a libm call on the x86-64 baseline), as in torch's CPU exp
 // (Sleef expf u10: the same reduction, its own polynomial): the two then
