@@ -153,7 +153,8 @@ POLYOPS_TARGET_AVX512_ROWS void ExpPass(float* rows, int64_t count,
   const float max = exp_pass_max;
   float sum = 0.0f;
   for (int64_t row = 0; row < count; ++row) {
-    sum += polyops::cpu::ExpShiftSum512(rows + row * keys, max, keys);
+    sum += polyops::cpu::ExpShiftSum512(rows + row * keys, max,
+                                        rows + row * keys, keys);
   }
   exp_pass_sink = sum;
 }

@@ -35,7 +35,9 @@ POLYOPS_INLINE float RowMax(const float* x, int64_t n) {
 }
 
 // e[i] = exp(x[i] - max) (e may be x) by SoftmaxExp, returns their sum:
-// sixteen lane sums, the tail summed first, then the lanes in lane order.
+// sixteen lane sums folded pairwise (lane + 8, + 4, + 2, + 1: a short
+// dependency chain, and the order of ExpShiftSum512's shuffles), added to
+// the tail's sum taken in element order.
 POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
                                  int64_t n) {
   constexpr int kLanes = 16;
@@ -52,8 +54,12 @@ POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
     e[i] = SoftmaxExp(x[i] - max);
     sum += e[i];
   }
-  for (int lane = 0; lane < kLanes; ++lane) sum += partial[lane];
-  return sum;
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int lane = 0; lane < width; ++lane) {
+      partial[lane] += partial[lane + width];
+    }
+  }
+  return sum + partial[0];
 }
 
 // One row: softmax of x[0, visible), zeros in y[visible, k). `stage` holds
@@ -127,16 +133,17 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp512(__m512 t) {
   return _mm512_scalef_ps(y, n);
 }
 
-// ExpShiftSum(e, max, e, n) with SoftmaxExp512, in its summation order.
-POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(float* e,
+// ExpShiftSum with SoftmaxExp512, to the bit (e may be x).
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
                                                                float max,
+                                                               float* e,
                                                                int64_t n) {
   const __m512 shift = _mm512_set1_ps(max);
   __m512 lanes = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v =
-        SoftmaxExp512(_mm512_sub_ps(_mm512_loadu_ps(e + i), shift));
+        SoftmaxExp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
     _mm512_storeu_ps(e + i, v);
     lanes = _mm512_add_ps(lanes, v);
   }
@@ -144,14 +151,36 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(float* e,
   if (i < n) {
     const __mmask16 mask = TailMask(n - i);
     const __m512 v =
-        SoftmaxExp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, e + i), shift));
+        SoftmaxExp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), shift));
     _mm512_mask_storeu_ps(e + i, mask, v);
     for (; i < n; ++i) sum += e[i];
   }
+  // Lanes i + 8, then + 4, + 2, + 1 (additions commute bit for bit).
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(lanes),
+                                     _mm512_extractf32x8_ps(lanes, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight),
+                                 _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
+  return sum + _mm_cvtss_f32(one);
+}
+
+// RowMax(x, n) without staging (float32 rows are read where they are), in
+// StageAndMax512's order.
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float RowMax512(const float* x,
+                                                          int64_t n) {
+  __m512 lanes = _mm512_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    lanes = _mm512_max_ps(_mm512_loadu_ps(x + i), lanes);
+  float result = x[0];
+  for (; i < n; ++i) result = std::max(result, x[i]);
   alignas(64) float partial[16];
   _mm512_store_ps(partial, lanes);
-  for (int lane = 0; lane < 16; ++lane) sum += partial[lane];
-  return sum;
+  for (int lane = 0; lane < 16; ++lane) {
+    result = std::max(result, partial[lane]);
+  }
+  return result;
 }
 
 // The AVX-512 row: x converted in registers while its max is taken, exp and
@@ -168,7 +197,16 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
     CausalSoftmaxRowAvx512(x, y, k, visible, stage);
     return;
   }
-  const float max = StageAndMax512(x, stage, visible);
+  // float32 rows are read in place (twice, the second time from L1);
+  // 16-bit rows are converted into `stage` once.
+  const float* in = stage;
+  float max;
+  if constexpr (std::is_same_v<T, float>) {
+    in = x;
+    max = RowMax512(x, visible);
+  } else {
+    max = StageAndMax512(x, stage, visible);
+  }
   // The next row's visible keys start a new page (a 1024-key float32 row is
   // one), where the hardware prefetcher starts over: fetching them while
   // this row computes from L1 keeps the memory busy.
@@ -177,7 +215,7 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
   for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
     _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T0);
   }
-  const float inverse = 1.0f / ExpShiftSum512(stage, max, visible);
+  const float inverse = 1.0f / ExpShiftSum512(in, max, stage, visible);
   ScaleAndZeroRow512<kNativeBf16>(stage, inverse, y, k, visible, stream);
 }
 
