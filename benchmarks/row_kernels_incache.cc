@@ -4,6 +4,10 @@
 // the figures are what the core spends per element, not what memory allows;
 // `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
 // streamed as the library streams them) for the single-thread memory side.
+// A second table runs causal_softmax's AVX-512 row over a [256, 1024] causal
+// triangle (in cache), or B copies of it with a second argument
+// (`row_kernels_incache 64 128`: 32M elements, out of cache), and its exp
+// pass alone; docs/cpu_softmax.md quotes it.
 // Thread CPU time, not the wall clock: on a shared, oversubscribed machine
 // the wall clock also counts the time other processes hold the core.
 //
