@@ -4,6 +4,10 @@
 // the figures are what the core spends per element, not what memory allows;
 // `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
 // streamed as the library streams them) for the single-thread memory side.
+// A second table runs causal_softmax's AVX-512 row over a [256, 1024] causal
+// triangle (in cache), or B copies of it with a second argument
+// (`row_kernels_incache 64 128`: 32M elements, out of cache), and its exp
+// pass alone; docs/cpu_softmax.md quotes it.
 // Thread CPU time, not the wall clock: on a shared, oversubscribed machine
 // the wall clock also counts the time other processes hold the core.
 //
@@ -144,6 +148,61 @@ void Run(const char* name, int64_t rows) {
               softmax_no_exp);
 }
 
+// causal_softmax's exp pass over `count` staged rows of `keys`; max and the
+// sums go through volatiles, so none of the pass is folded away.
+volatile float exp_pass_max = 0.0f;
+volatile float exp_pass_sink = 0.0f;
+POLYOPS_TARGET_AVX512_ROWS void ExpPass(float* rows, int64_t count,
+                                        int64_t keys) {
+  const float max = exp_pass_max;
+  float sum = 0.0f;
+  for (int64_t row = 0; row < count; ++row) {
+    sum += polyops::cpu::ExpShiftSum512(rows + row * keys, max,
+                                        rows + row * keys, keys);
+  }
+  exp_pass_sink = sum;
+}
+
+// causal_softmax as benchmarks/memory_bound.py runs it: rows of 1024 keys,
+// the causal triangle's visible lengths (row r sees 4 (r + 1) of 256 rows:
+// every length in steps of 4, 514 on average), the masked rest written as
+// zeros. CPU ns per element of the whole [256, 1024] tensor (what that
+// benchmark counts) against memcpy of the tensor, and the exp pass alone
+// (ExpShiftSum512 over staged rows of 1024) per exp.
+template <typename T>
+void RunCausal(const char* name, int64_t batches) {
+  namespace cpu = polyops::cpu;
+  constexpr int64_t kKeys = 1024, kQueries = 256;
+  const int64_t kRows = kQueries * batches;
+  const int64_t n = kRows * kKeys;
+  const bool stream = n * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+  auto visible = [&](int64_t row) { return 4 * (row % kQueries + 1); };
+  std::mt19937 gen(0);
+  std::vector<T> x(n), y(n);
+  Fill(x, gen);
+  std::vector<float> stage(cpu::kMaxStagedRow);
+  std::vector<float> rows(kQueries * kKeys, -0.5f);
+  auto time = [&](auto&& fn) {
+    return NsPerElement(n, batches > 1 ? 5 : 15, batches > 1 ? 1 : 20, fn);
+  };
+  const double copy =
+      time([&] { std::memcpy(y.data(), x.data(), n * sizeof(T)); });
+  const double softmax = time([&] {
+    for (int64_t row = 0; row < kRows; ++row) {
+      const bool last = row + 1 == kRows;
+      cpu::CausalSoftmaxRow512<T, kNative<T>>(
+          x.data() + row * kKeys, y.data() + row * kKeys, kKeys, visible(row),
+          stage.data(), stream, x.data() + (row + 1) * kKeys,
+          last ? 0 : visible(row + 1));
+    }
+  });
+  // exp(e - 0) of values in [-0.5, 1]: every call sees the same kind of data.
+  const double exp_pass = NsPerElement(
+      kQueries * kKeys, 15, 20, [&] { ExpPass(rows.data(), kQueries, kKeys); });
+  std::printf("%-5s %7.3f %9.3f %9.2f %9.3f\n", name, copy, softmax,
+              copy / softmax, exp_pass);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,5 +221,15 @@ int main(int argc, char** argv) {
   Run<float>("f32", rows);
   Run<Half>("f16", rows);
   Run<BFloat16>("bf16", rows);
+  std::printf(
+      "\ncausal_softmax [%lld x 256, 1024], visible 4 (row %% 256 + 1): CPU ns "
+      "per element of the tensor, one thread (median); exp pass per exp\n",
+      static_cast<long long>(argc > 2 ? std::atoll(argv[2]) : 1));
+  std::printf("%-5s %7s %9s %9s %9s\n", "dtype", "memcpy", "softmax",
+              "copy/smax", "exp pass");
+  const int64_t batches = argc > 2 ? std::atoll(argv[2]) : 1;
+  RunCausal<float>("f32", batches);
+  RunCausal<Half>("f16", batches);
+  RunCausal<BFloat16>("bf16", batches);
   return 0;
 }

@@ -101,36 +101,73 @@ def test_float32_is_one_order(api, gen):
     )
 
 
-def _float32_sweep(step: int) -> torch.Tensor:
-    """Every `step`-th float32 with |x| in [2**-20, 88.72], both signs."""
-    lo = torch.tensor(2.0**-20).view(torch.int32).item()
-    hi = torch.tensor(88.72).view(torch.int32).item()
-    positive = torch.arange(lo, hi, step, dtype=torch.int32).view(torch.float32)
-    return torch.cat([positive, -positive])
+def _float32_inputs(gen: torch.Generator) -> torch.Tensor:
+    """~32 million float32 gates: every 61st float32 with |g| in [1e-30, 100], both
+    signs (every exponent, the whole range where exp(-g) is finite and beyond), dense
+    normal samples at three scales, and the special values."""
+    lo = torch.tensor(1e-30).view(torch.int32).item()
+    hi = torch.tensor(100.0).view(torch.int32).item()
+    sweep = torch.arange(lo, hi, 61, dtype=torch.int32).view(torch.float32)
+    dense = torch.cat([torch.randn(1 << 20, generator=gen) * s for s in (1.0, 10.0, 40.0)])
+    inf, nan, big = float("inf"), float("nan"), torch.finfo(torch.float32).max
+    specials = torch.tensor([inf, -inf, nan, 0.0, -0.0, big, -big, 1e-45, -1e-45])
+    return torch.cat([sweep, -sweep, dense, specials])
 
 
-@pytest.mark.parametrize("slot", [0, VLLM_SLOT], ids=["omp", "vllm"])
-def test_float32_silu_within_2_ulp_of_exact(slot):
+def _silu_paths(g: torch.Tensor) -> dict[str, torch.Tensor]:
+    """silu(g) from every float32 CPU path: silu_and_mul's two slots with up = 1 and
+    swiglu with input = 1 (multiplying by 1 is exact, so each result is silu(g))."""
+    ones = torch.ones_like(g)
+    pair = torch.stack([g, ones], -1)
+    return {
+        "silu_and_mul omp": polyops.silu_and_mul(pair, implementation_index=0)[..., 0],
+        "silu_and_mul vllm": polyops.silu_and_mul(pair, implementation_index=VLLM_SLOT)[..., 0],
+        "swiglu": polyops.swiglu(ones, g),
+    }
+
+
+def _ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Representable float32s between a and b, 0 where both are NaN."""
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    distance = (ordered_bits(a) - ordered_bits(b)).abs()
+    return torch.where(both_nan, torch.zeros_like(distance), distance)
+
+
+def test_float32_silu_within_2_ulp_of_exact(gen):
     """silu(g) = g / (1 + exp(-g)) in float32 (exp, add, divide each rounded, as torch
-    and vLLM compute it) is at most 2 ulp from the exact value, over ~7 million
-    float32s across the whole range where exp(-g) is finite; F.silu has the same
-    bound. up = 1 makes silu_and_mul's result silu(g) itself."""
-    g = _float32_sweep(61)
+    and vLLM compute it) is at most 2 ulp from the exact value where exp(-g) is finite
+    (g > -88.72); F.silu has the same bound. Below, exp(-g) overflows float32 and
+    silu is -0.0 as in torch."""
+    g = _float32_inputs(gen)
     exact = (g.double() / (1 + torch.exp(-g.double()))).float()
-    got = polyops.silu_and_mul(torch.stack([g, torch.ones_like(g)], -1), implementation_index=slot)
-    assert_within_ulp(got[..., 0], exact, max_ulp=2)
+    finite = g > -88.72
+    for path, got in _silu_paths(g).items():
+        assert_within_ulp(got[finite], exact[finite], max_ulp=2, msg=path)
+        assert_within_ulp(F.silu(g)[finite], exact[finite], max_ulp=2, msg="F.silu")
 
 
-def test_float32_silu_against_torch():
-    """Against F.silu over the same sweep: bit-identical for all but a fraction of a
-    percent, no element more than 4 ulp apart (both are within 2 ulp of the exact
-    value, from different float32 exps)."""
-    g = _float32_sweep(61)
-    got = polyops.silu_and_mul(torch.stack([g, torch.ones_like(g)], -1))[..., 0]
-    distance = (ordered_bits(got) - ordered_bits(F.silu(g))).abs()
-    assert distance.max().item() <= 4
-    assert (distance > 0).double().mean().item() < 0.01
-    assert (distance > 1).double().mean().item() < 0.001
+def test_float32_silu_against_torch(gen):
+    """Against F.silu (x / (1 + exp(-x)) with Sleef's expf u10 in ATen's AVX-512 and
+    AVX2 kernels): bit-identical in all but 0.08% of the inputs, at most 1 ulp apart
+    in all but 0.008%, at most 4 ulp (measured: 0.073%, 0.0073%, 3 ulp).
+
+    1 ulp everywhere is out of reach for an exp that is not Sleef's own code: Sleef's
+    expf is within 1 ulp of exact, so 1 ulp of e = exp(-g) on either side is torch's
+    choice, and 1 ulp of e becomes up to 2 ulp of g / (1 + e) (the add and the divide
+    round again), up to 4 where e >= 2**24 makes 1 + e a rounding tie (g near -16.7).
+    Even a correctly rounded exp differs from F.silu in 0.42% of these inputs, 0.046%
+    by 2 ulp or more. Ours shares Sleef's fused reduction and Horner steps
+    (cpu/vector_exp.h), which is why it agrees more often; it is as close to the
+    exact value as F.silu (within 2 ulp, test above)."""
+    g = _float32_inputs(gen)
+    torch_silu = F.silu(g)
+    for path, got in _silu_paths(g).items():
+        distance = _ulp_distance(got, torch_silu)
+        shares = [(distance > k).double().mean().item() for k in (0, 1, 2)]
+        assert distance.max().item() <= 4, path
+        assert shares[0] < 0.0008, (path, shares)
+        assert shares[1] < 0.00008, (path, shares)
+        assert shares[2] < 0.000002, (path, shares)
 
 
 def test_float32_silu_overflow_tail():

@@ -355,12 +355,15 @@ POLYOPS_AVX512_INLINE void ScaleAndZeroRow512(const float* stage, float inverse,
   const __m512 s = _mm512_set1_ps(inverse);
   stream = StreamRow(y, stream);
   int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
+  for (; i + 32 <= k && i < visible; i += 32) {
     Store32(y + i,
             Round32<T, kNativeBf16>(ScaledVisible(stage, i, visible, s),
                                     ScaledVisible(stage, i + 16, visible, s)),
             stream);
   }
+  // Wholly masked chunks: +0 in every dtype, nothing to load or round.
+  const Chunk32 zeros = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (; i + 32 <= k; i += 32) Store32(y + i, zeros, stream);
   for (; i < k; i += 16) {
     const __mmask16 mask = k - i >= 16 ? __mmask16{0xffff} : TailMask(k - i);
     Store16(y + i, ScaledVisible(stage, i, visible, s), mask);

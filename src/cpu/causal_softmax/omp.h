@@ -34,7 +34,10 @@ POLYOPS_INLINE float RowMax(const float* x, int64_t n) {
   return result;
 }
 
-// e[i] = exp(x[i] - max) (e may be x), returns their sum.
+// e[i] = exp(x[i] - max) (e may be x) by SoftmaxExp, returns their sum:
+// sixteen lane sums folded pairwise (lane + 8, + 4, + 2, + 1: a short
+// dependency chain, and the order of ExpShiftSum512's shuffles), added to
+// the tail's sum taken in element order.
 POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
                                  int64_t n) {
   constexpr int kLanes = 16;
@@ -42,17 +45,21 @@ POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int lane = 0; lane < kLanes; ++lane) {
-      e[i + lane] = VectorExp(x[i + lane] - max);
+      e[i + lane] = SoftmaxExp(x[i + lane] - max);
       partial[lane] += e[i + lane];
     }
   }
   float sum = 0.0f;
   for (; i < n; ++i) {
-    e[i] = VectorExp(x[i] - max);
+    e[i] = SoftmaxExp(x[i] - max);
     sum += e[i];
   }
-  for (int lane = 0; lane < kLanes; ++lane) sum += partial[lane];
-  return sum;
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int lane = 0; lane < width; ++lane) {
+      partial[lane] += partial[lane + width];
+    }
+  }
+  return sum + partial[0];
 }
 
 // One row: softmax of x[0, visible), zeros in y[visible, k). `stage` holds
@@ -101,21 +108,118 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
                             (x, y, k, visible, stage))
 
 #ifdef POLYOPS_HAVE_AVX512_ROWS
+// As in cpu/avx512_rows.h: GCC 12 reports the intrinsics' own "undefined"
+// sources as maybe uninitialized once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// SoftmaxExp on 16 lanes, to the bit: VRNDSCALEPS rounds n, VSCALEFPS
+// applies 2^n (subnormal results rounded once, as SoftmaxExp's float64
+// product), VMAXPS(low, t) keeps a NaN t, which then stays NaN throughout.
+// 11 instructions for 16 exps.
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp512(__m512 t) {
+  const __m512 c = _mm512_max_ps(_mm512_set1_ps(kSoftmaxExpLow), t);
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(kSoftmaxExpLog2e)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kSoftmaxExpLn2High), c);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kSoftmaxExpLn2Low), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kSoftmaxExpC5), r,
+                             _mm512_set1_ps(kSoftmaxExpC4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kSoftmaxExpC3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kSoftmaxExpC2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kSoftmaxExpC1));
+  const __m512 y = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+// ExpShiftSum with SoftmaxExp512, to the bit (e may be x).
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
+                                                               float max,
+                                                               float* e,
+                                                               int64_t n) {
+  const __m512 shift = _mm512_set1_ps(max);
+  __m512 lanes = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v =
+        SoftmaxExp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+    _mm512_storeu_ps(e + i, v);
+    lanes = _mm512_add_ps(lanes, v);
+  }
+  float sum = 0.0f;
+  if (i < n) {
+    const __mmask16 mask = TailMask(n - i);
+    const __m512 v =
+        SoftmaxExp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), shift));
+    _mm512_mask_storeu_ps(e + i, mask, v);
+    for (; i < n; ++i) sum += e[i];
+  }
+  // Lanes i + 8, then + 4, + 2, + 1 (additions commute bit for bit).
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(lanes),
+                                     _mm512_extractf32x8_ps(lanes, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight),
+                                 _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
+  return sum + _mm_cvtss_f32(one);
+}
+
+// RowMax(x, n) without staging (float32 rows are read where they are), in
+// StageAndMax512's order.
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float RowMax512(const float* x,
+                                                          int64_t n) {
+  __m512 lanes = _mm512_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    lanes = _mm512_max_ps(_mm512_loadu_ps(x + i), lanes);
+  float result = x[0];
+  for (; i < n; ++i) result = std::max(result, x[i]);
+  alignas(64) float partial[16];
+  _mm512_store_ps(partial, lanes);
+  for (int lane = 0; lane < 16; ++lane) {
+    result = std::max(result, partial[lane]);
+  }
+  return result;
+}
+
 // The AVX-512 row: x converted in registers while its max is taken, exp and
-// sum as CausalSoftmaxRow, then the scaled row and its zeros written in one
-// pass (streamed when `stream`). Long rows take CausalSoftmaxRow.
+// sum as CausalSoftmaxRow (SoftmaxExp512), then the scaled row and its zeros
+// written in one pass (streamed when `stream`). Long rows take
+// CausalSoftmaxRow.
 template <typename T, bool kNativeBf16 = false>
 POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
                                                     int64_t visible,
-                                                    float* stage, bool stream) {
+                                                    float* stage, bool stream,
+                                                    const T* next_x = nullptr,
+                                                    int64_t next_visible = 0) {
   if (visible == 0 || visible > kMaxStagedRow) {
     CausalSoftmaxRowAvx512(x, y, k, visible, stage);
     return;
   }
-  const float max = StageAndMax512(x, stage, visible);
-  const float inverse = 1.0f / ExpShiftSum(stage, max, stage, visible);
+  // float32 rows are read in place (twice, the second time from L1);
+  // 16-bit rows are converted into `stage` once.
+  const float* in = stage;
+  float max;
+  if constexpr (std::is_same_v<T, float>) {
+    in = x;
+    max = RowMax512(x, visible);
+  } else {
+    max = StageAndMax512(x, stage, visible);
+  }
+  // The next row's visible keys start a new page (a 1024-key float32 row is
+  // one), where the hardware prefetcher starts over: fetching them while
+  // this row computes from L1 keeps the memory busy.
+  // At most 8 KiB: a quarter of L1.
+  const int64_t prefetch = std::min(next_visible, 8192 / int64_t{sizeof(T)});
+  for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
+    _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T0);
+  }
+  const float inverse = 1.0f / ExpShiftSum512(in, max, stage, visible);
   ScaleAndZeroRow512<kNativeBf16>(stage, inverse, y, k, visible, stream);
 }
+
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace cpu
@@ -146,12 +250,14 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
                 rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
             auto run = [&](auto native_bf16) {
               cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-                int64_t at[2];
+                int64_t at[2], next[2] = {0, 0};
                 rows_.Offsets(row, at);
+                const bool last = row + 1 == rows_.numel;
+                if (!last) rows_.Offsets(row + 1, next);
                 float stage[cpu::kMaxStagedRow];
                 cpu::CausalSoftmaxRow512<T, decltype(native_bf16)::value>(
-                    x + at[1], y + at[0], keys, VisibleKeys(row), stage,
-                    stream);
+                    x + at[1], y + at[0], keys, VisibleKeys(row), stage, stream,
+                    x + next[1], last ? 0 : VisibleKeys(row + 1));
               });
             };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
