@@ -19,7 +19,7 @@ class Operator<Add, Device::Type::kCuda, 0> : public Add {
                   const Tensor& other,
                   const std::optional<Tensor>& out) const override {
     cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *out, input, other,
-                                 cuda::StreamOf(handle), "polyops.add");
+                                 cuda::StreamOf(handle), kName);
   }
 };
 

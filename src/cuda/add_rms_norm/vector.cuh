@@ -97,7 +97,7 @@ class Operator<AddRmsNorm, Device::Type::kCuda, 0> : public AddRmsNorm {
             cuda::AddRmsNormKernel<N, 1><<<blocks, threads_, 0, stream>>>(
                 y, x, a, b, g, map_, hidden_, eps_f);
           }
-          cuda::CheckLaunch("polyops.add_rms_norm");
+          cuda::CheckLaunch(kName);
         });
   }
 

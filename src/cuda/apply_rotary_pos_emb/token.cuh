@@ -49,7 +49,7 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kCuda, 0>
                 key ? static_cast<const N*>(key->data()) : nullptr,
                 key ? static_cast<N*>((key_out ? *key_out : *key).data())
                     : nullptr,
-                table, cuda::StreamOf(handle), "polyops.apply_rotary_pos_emb");
+                table, cuda::StreamOf(handle), kName);
           };
           if (table_dtype_ == DataType::kFloat32) {
             rotate(TypeTag<float>{});

@@ -107,9 +107,9 @@ class Operator<Cast, Device::Type::kCuda, 0> : public Cast {
           cuda::CastContiguousKernel<To, From>
               <<<cuda::ElementwiseBlocks(layout_.numel),
                  cuda::kElementwiseThreads, 0, stream>>>(layout_.numel, y, x);
-          cuda::CheckLaunch("polyops.cast");
+          cuda::CheckLaunch(kName);
         } else {
-          cuda::LaunchStrided(layout_, stream, "polyops.cast",
+          cuda::LaunchStrided(layout_, stream, kName,
                               cuda::CastStridedFn<To, From>{y, x});
         }
       });

@@ -73,7 +73,7 @@ class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
       if (layout.IsContiguous1D()) {
         cuda::Check(cudaMemcpyAsync(dst, src, layout.numel * sizeof(E),
                                     cudaMemcpyDeviceToDevice, stream),
-                    "polyops.cat", "cudaMemcpyAsync");
+                    kName, "cudaMemcpyAsync");
       } else if (IsPitched2D(layout)) {
         // Rows of contiguous elements, e.g. a cat along the last dim.
         cuda::Check(
@@ -81,9 +81,9 @@ class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
                               layout.strides[1][0] * sizeof(E),
                               layout.shape[1] * sizeof(E), layout.shape[0],
                               cudaMemcpyDeviceToDevice, stream),
-            "polyops.cat", "cudaMemcpy2DAsync");
+            kName, "cudaMemcpy2DAsync");
       } else {
-        cuda::LaunchStrided(piece.layout, stream, "polyops.cat",
+        cuda::LaunchStrided(piece.layout, stream, kName,
                             cuda::CopyStridedFn<E>{dst, src});
       }
     }

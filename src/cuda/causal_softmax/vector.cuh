@@ -131,7 +131,7 @@ class Operator<CausalSoftmax, Device::Type::kCuda, 0> : public CausalSoftmax {
             cuda::CausalSoftmaxKernel<N, 1>
                 <<<blocks, threads_, 0, stream>>>(y, x, map_, queries_, keys_);
           }
-          cuda::CheckLaunch("polyops.causal_softmax");
+          cuda::CheckLaunch(kName);
         });
   }
 

@@ -201,8 +201,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
         "block size ",
         block_size_, " because the kernel indexes blocks with int32");
     DispatchKernel([&](auto kernel) {
-      AllowAttentionSharedMemory(kernel, cuda::DimsPerLane(head_size_),
-                                 "polyops.flash_attention");
+      AllowAttentionSharedMemory(kernel, cuda::DimsPerLane(head_size_), kName);
     });
   }
 
@@ -255,7 +254,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
     DispatchKernel([&](auto kernel) {
       kernel<<<grid, cuda::kAttentionThreads, shared, stream>>>(p);
     });
-    cuda::CheckLaunch("polyops.flash_attention");
+    cuda::CheckLaunch(kName);
   }
 
  private:

@@ -19,7 +19,7 @@ class Operator<Mul, Device::Type::kCuda, 0> : public Mul {
                   const Tensor& other,
                   const std::optional<Tensor>& out) const override {
     cuda::RunBinary<cuda::MulFn>(layout_, dtype_, *out, input, other,
-                                 cuda::StreamOf(handle), "polyops.mul");
+                                 cuda::StreamOf(handle), kName);
   }
 };
 

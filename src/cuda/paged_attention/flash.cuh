@@ -218,8 +218,7 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
                     " tokens per sequence because the kernel indexes keys "
                     "with int32");
     DispatchKernels([&](auto kernel, auto) {
-      AllowAttentionSharedMemory(kernel, cuda::DimsPerLane(head_size_),
-                                 "polyops.paged_attention");
+      AllowAttentionSharedMemory(kernel, cuda::DimsPerLane(head_size_), kName);
     });
   }
 
@@ -292,22 +291,22 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
       DispatchKernels([&](auto kernel, auto) {
         kernel<<<grid, cuda::kAttentionThreads, shared, stream>>>(p);
       });
-      cuda::CheckLaunch("polyops.paged_attention");
+      cuda::CheckLaunch(kName);
       return;
     }
     const size_t rows = static_cast<size_t>(batch_ * num_heads_ * splits);
     const size_t acc_floats = rows * static_cast<size_t>(head_size_);
     cuda::Workspace workspace(handle, (acc_floats + 2 * rows) * sizeof(float),
-                              "polyops.paged_attention");
+                              kName);
     p.partial_acc = static_cast<float*>(workspace.data());
     p.partial_stats = p.partial_acc + acc_floats;
     DispatchKernels([&](auto kernel, auto reduce) {
       kernel<<<grid, cuda::kAttentionThreads, shared, stream>>>(p);
-      cuda::CheckLaunch("polyops.paged_attention");
+      cuda::CheckLaunch(kName);
       reduce<<<dim3(static_cast<unsigned>(num_heads_),
                     static_cast<unsigned>(batch_)),
                cuda::kAttentionThreads, 0, stream>>>(p);
-      cuda::CheckLaunch("polyops.paged_attention");
+      cuda::CheckLaunch(kName);
     });
   }
 

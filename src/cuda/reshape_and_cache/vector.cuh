@@ -150,7 +150,7 @@ class Operator<ReshapeAndCache, Device::Type::kCuda, 0>
         static_cast<const U*>(key.data()), static_cast<const U*>(value.data()),
         static_cast<U*>(key_cache.data()), static_cast<U*>(value_cache.data()),
         copy);
-    cuda::CheckLaunch("polyops.reshape_and_cache");
+    cuda::CheckLaunch(kName);
   }
 
   bool packable_ = false;

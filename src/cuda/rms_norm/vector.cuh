@@ -80,7 +80,7 @@ class Operator<RmsNorm, Device::Type::kCuda, 0> : public RmsNorm {
             cuda::RmsNormKernel<N, 1><<<blocks, threads_, 0, stream>>>(
                 y, x, w, map_, hidden_, eps_f);
           }
-          cuda::CheckLaunch("polyops.rms_norm");
+          cuda::CheckLaunch(kName);
         });
   }
 

@@ -58,7 +58,7 @@ class Operator<RotaryEmbedding, Device::Type::kCuda, 0>
                 key ? static_cast<const N*>(key->data()) : nullptr,
                 key ? static_cast<N*>((key_out ? *key_out : *key).data())
                     : nullptr,
-                table, cuda::StreamOf(handle), "polyops.rotary_embedding");
+                table, cuda::StreamOf(handle), kName);
           };
           if (table_dtype_ == DataType::kFloat32) {
             rotate(TypeTag<float>{});

@@ -42,7 +42,7 @@ class Operator<SiluAndMul, Device::Type::kCuda, 0> : public SiluAndMul {
           const N* gate = static_cast<const N*>(input.data());
           cuda::LaunchBinaryMap(plan_, static_cast<N*>(out->data()), gate,
                                 gate + up_offset_, cuda::SiluAndMulFn{},
-                                cuda::StreamOf(handle), "polyops.silu_and_mul");
+                                cuda::StreamOf(handle), kName);
         });
   }
 

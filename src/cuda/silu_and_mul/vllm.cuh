@@ -43,7 +43,7 @@ class Operator<SiluAndMul, Device::Type::kCuda, 1> : public SiluAndMul {
           const N* gate = static_cast<const N*>(input.data());
           cuda::LaunchBinaryMap(plan_, static_cast<N*>(out->data()), gate,
                                 gate + up_offset_, cuda::SiluRoundedMulFn<N>{},
-                                cuda::StreamOf(handle), "polyops.silu_and_mul");
+                                cuda::StreamOf(handle), kName);
         });
   }
 

@@ -41,7 +41,7 @@ class Operator<Swiglu, Device::Type::kCuda, 0> : public Swiglu {
                                 static_cast<const N*>(input.data()),
                                 static_cast<const N*>(gate.data()),
                                 cuda::SwigluFn{}, cuda::StreamOf(handle),
-                                "polyops.swiglu");
+                                kName);
         });
   }
 
