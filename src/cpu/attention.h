@@ -230,64 +230,99 @@ POLYOPS_INLINE float ExpNonPositive(float x) {
   return ExpNonPositive(v)[0];
 }
 
-// Query rows scored together against one staged key piece: each key row
-// loaded serves kScoreRows accumulators held in registers.
-inline constexpr int64_t kScoreRows = 4;
+// Largest of 16 lanes, NaN lanes left out (-inf when all are NaN or
+// -inf): a NaN score makes its row NaN through its exp, not through the
+// max. Max is exact, so the reduction order cannot change the bits.
+POLYOPS_INLINE float MaxOfLanes(Float16v x) {
+  const Float16v neg_inf = Float16v{} - std::numeric_limits<float>::infinity();
+  x = x == x ? x : neg_inf;
+  const Int16v swap8 = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+  const Int16v swap4 = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+  const Int16v swap2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+  const Int16v swap1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+  Float16v y = __builtin_shuffle(x, swap8);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap4);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap2);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap1);
+  x = x > y ? x : y;
+  return x[0];
+}
 
-// s[r * kKeyTile + c] = scale * dot(q row r, key c) for r < count (<=
-// kScoreRows); kt holds the piece transposed, d_size rows of kKeyTile.
-static_assert(kKeyTile == 2 * kLanes, "ScoreRows holds a piece in 2 vectors");
-
-POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
-                              int64_t count, float scale, float* s) {
-  if (count == kScoreRows) {
-    Float16v a0{}, b0{}, a1{}, b1{}, a2{}, b2{}, a3{}, b3{};
-    for (int64_t d = 0; d < d_size; ++d) {
-      const Float16v ka = LoadV(kt + d * kKeyTile);
-      const Float16v kb = LoadV(kt + d * kKeyTile + kLanes);
-      const float q0 = q[d], q1 = q[d_size + d], q2 = q[2 * d_size + d],
-                  q3 = q[3 * d_size + d];
-      a0 += q0 * ka, b0 += q0 * kb;
-      a1 += q1 * ka, b1 += q1 * kb;
-      a2 += q2 * ka, b2 += q2 * kb;
-      a3 += q3 * ka, b3 += q3 * kb;
-    }
-    StoreV(s, a0 * scale), StoreV(s + kLanes, b0 * scale);
-    StoreV(s + kKeyTile, a1 * scale), StoreV(s + kKeyTile + kLanes, b1 * scale);
-    StoreV(s + 2 * kKeyTile, a2 * scale);
-    StoreV(s + 2 * kKeyTile + kLanes, b2 * scale);
-    StoreV(s + 3 * kKeyTile, a3 * scale);
-    StoreV(s + 3 * kKeyTile + kLanes, b3 * scale);
-    return;
+// Sum of 16 lanes in a fixed pairwise order (the same on every ISA).
+POLYOPS_INLINE float SumOfLanes(Float16v x) {
+  float lanes[kLanes];
+  StoreV(lanes, x);
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
+    for (int64_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
   }
-  for (int64_t r = 0; r < count; ++r) {
-    Float16v a{}, b{};
-    for (int64_t d = 0; d < d_size; ++d) {
+  return lanes[0];
+}
+
+// s[r * kKeyTile + c] = scale * dot(q row r, key c) for kRows query rows
+// (q rows d_size apart) against a staged key piece kt (transposed: d_size
+// rows of kKeyTile). The 2 * kRows accumulators stay in registers, so each
+// key vector loaded serves kRows rows; each dot sums in d order.
+static_assert(kKeyTile == 2 * kLanes, "a key piece is 2 vectors wide");
+
+template <int64_t kRows>
+POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
+                              float scale, float* s) {
+  Float16v a[kRows], b[kRows];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) a[r] = b[r] = Float16v{};
+  for (int64_t d = 0; d < d_size; ++d) {
+    const Float16v ka = LoadV(kt + d * kKeyTile);
+    const Float16v kb = LoadV(kt + d * kKeyTile + kLanes);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
       const float qd = q[r * d_size + d];
-      a += qd * LoadV(kt + d * kKeyTile);
-      b += qd * LoadV(kt + d * kKeyTile + kLanes);
+      a[r] += qd * ka;
+      b[r] += qd * kb;
     }
-    StoreV(s + r * kKeyTile, a * scale);
-    StoreV(s + r * kKeyTile + kLanes, b * scale);
+  }
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+    StoreV(s + r * kKeyTile, a[r] * scale);
+    StoreV(s + r * kKeyTile + kLanes, b[r] * scale);
   }
 }
 
-// o = o * correction + sum_c p[c] * v[c] over n value rows, 32 dims at a
-// time held in registers across the rows (each dim sums in key order).
+// o[d0, d0 + 16 * kVecs) = o * correction + sum_c p[c] * v[c] over n value
+// rows (rows of vs d_size apart), the kVecs accumulators held in registers
+// across the rows; each dim sums in key order.
+template <int64_t kVecs>
+POLYOPS_INLINE void AccumulateValueVectors(float* o, int64_t d_size, int64_t d0,
+                                           float correction, const float* p,
+                                           const float* vs, int64_t n) {
+  Float16v a[kVecs];
+#pragma GCC unroll 8
+  for (int64_t k = 0; k < kVecs; ++k) {
+    a[k] = LoadV(o + d0 + k * kLanes) * correction;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const float* v = vs + c * d_size + d0;
+#pragma GCC unroll 8
+    for (int64_t k = 0; k < kVecs; ++k) a[k] += p[c] * LoadV(v + k * kLanes);
+  }
+#pragma GCC unroll 8
+  for (int64_t k = 0; k < kVecs; ++k) StoreV(o + d0 + k * kLanes, a[k]);
+}
+
+// o = o * correction + sum_c p[c] * v[c] over n value rows: 128 dims at a
+// time (8 independent add chains, so one row is not bound by the add
+// latency), then 32, then one by one; each dim sums in key order.
 POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
                                      const float* p, const float* vs,
                                      int64_t n) {
   int64_t d0 = 0;
+  for (; d0 + 8 * kLanes <= d_size; d0 += 8 * kLanes) {
+    AccumulateValueVectors<8>(o, d_size, d0, correction, p, vs, n);
+  }
   for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
-    Float16v a = LoadV(o + d0) * correction;
-    Float16v b = LoadV(o + d0 + kLanes) * correction;
-    for (int64_t c = 0; c < n; ++c) {
-      const float* v = vs + c * d_size + d0;
-      a += p[c] * LoadV(v);
-      b += p[c] * LoadV(v + kLanes);
-    }
-    StoreV(o + d0, a);
-    StoreV(o + d0 + kLanes, b);
+    AccumulateValueVectors<2>(o, d_size, d0, correction, p, vs, n);
   }
   for (int64_t d = d0; d < d_size; ++d) {
     float value = o[d] * correction;
@@ -296,13 +331,171 @@ POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
   }
 }
 
+// AccumulateValues for kRows rows (accumulators and p rows kKeyTile apart)
+// over the same n value rows: each value vector loaded serves kRows rows.
+// Every element sees the same operations in the same order as in
+// AccumulateValues, so the two give the same bits.
+template <int64_t kRows>
+POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
+                                        const float* correction, const float* p,
+                                        const float* vs, int64_t n) {
+  int64_t d0 = 0;
+  for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
+    Float16v a[kRows], b[kRows];
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
+      a[r] = LoadV(o + r * d_size + d0) * correction[r];
+      b[r] = LoadV(o + r * d_size + d0 + kLanes) * correction[r];
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      const Float16v va = LoadV(vs + c * d_size + d0);
+      const Float16v vb = LoadV(vs + c * d_size + d0 + kLanes);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float pc = p[r * kKeyTile + c];
+        a[r] += pc * va;
+        b[r] += pc * vb;
+      }
+    }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
+      StoreV(o + r * d_size + d0, a[r]);
+      StoreV(o + r * d_size + d0 + kLanes, b[r]);
+    }
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t d = d0; d < d_size; ++d) {
+      float value = o[r * d_size + d] * correction[r];
+      for (int64_t c = 0; c < n; ++c) {
+        value += p[r * kKeyTile + c] * vs[c * d_size + d];
+      }
+      o[r * d_size + d] = value;
+    }
+  }
+}
+
+// Running state of a tile's query rows: max, per-lane partial sums of the
+// exps (reduced once at the end, in a fixed order), float32 accumulators.
+struct TileState {
+  float* row_max;
+  Float16v* row_sum;
+  float* acc;
+};
+
+// Asks for kv rows [begin, end) of kv_head (keys and values) to be brought
+// into the cache.
+template <typename T>
+POLYOPS_INLINE void PrefetchKvRows(const AttentionArgs<T>& a,
+                                   const AttentionSequence& seq,
+                                   int64_t kv_head, int64_t begin,
+                                   int64_t end) {
+  const int64_t bytes = a.head_size * static_cast<int64_t>(sizeof(T));
+  for (int64_t j = begin; j < end; ++j) {
+    const char* k = reinterpret_cast<const char*>(
+        KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
+              a.block_size, j, kv_head));
+    const char* v = reinterpret_cast<const char*>(
+        KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head, seq,
+              a.block_size, j, kv_head));
+    for (int64_t offset = 0; offset < bytes; offset += 64) {
+      __builtin_prefetch(k + offset);
+      __builtin_prefetch(v + offset);
+    }
+  }
+}
+
+// One staged kv piece (n keys from c0; kt transposed keys, vs values) for
+// query rows [r0, r0 + kRows) of a tile: scores, online softmax, values.
+// kValueRows rows share each value load (a register budget: 2 * kValueRows
+// accumulators).
+template <int64_t kRows, int64_t kValueRows, typename T>
+POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
+                               const AttentionSequence& seq,
+                               const AttentionTile& tile, int64_t r0,
+                               int64_t c0, int64_t n, bool unmasked,
+                               const float* qs, const float* kt,
+                               const float* vs, float* s, TileState state) {
+  static_assert(kRows <= kLanes && kRows % kValueRows == 0);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t d_size = a.head_size;
+  ScoreRows<kRows>(qs + r0 * d_size, d_size, kt, a.scale, s);
+  // The row's visible keys in this piece, [c0 + begin, c0 + end): the
+  // others are left out of the value sum, not weighted by 0, so a NaN or
+  // inf in a masked value (0 * inf = NaN) never reaches the row.
+  int64_t begin[kRows], end[kRows];
+  // Whether every row sees the whole piece, so the rows can share value
+  // loads (on the diagonal of a causal tile most row groups still do).
+  bool full = true;
+  for (int64_t k = 0; k < kRows; ++k) {
+    begin[k] = 0, end[k] = n;
+    if (unmasked) continue;
+    const int64_t r = r0 + k;
+    const KeyRange range =
+        VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len, seq.kv_len,
+                    a.causal, a.window_left, a.window_right);
+    begin[k] = std::clamp<int64_t>(range.lo - c0, 0, n);
+    end[k] = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
+    full = full && begin[k] == 0 && end[k] == n;
+    if (begin[k] == 0 && end[k] == kKeyTile) continue;
+    float* sr = s + k * kKeyTile;
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      if (c < begin[k] || c >= end[k]) sr[c] = kNegInf;
+    }
+  }
+  // The running maxes first, so one vector exp gives every row's
+  // correction factor exp(old max - new max).
+  float shift[kRows];
+  Float16v old_minus_shift{};
+  for (int64_t k = 0; k < kRows; ++k) {
+    const float* sr = s + k * kKeyTile;
+    const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
+    const float piece_max = MaxOfLanes(lo > hi ? lo : hi);
+    float& row_max = state.row_max[r0 + k];
+    const float new_max = std::max(row_max, piece_max);
+    // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
+    // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
+    shift[k] = new_max == kNegInf ? 0.0f : new_max;
+    old_minus_shift[k] = row_max - shift[k];
+    if (begin[k] < end[k]) row_max = new_max;
+  }
+  const Float16v correction_vector = ExpNonPositive(old_minus_shift);
+  float correction[kRows];
+  for (int64_t k = 0; k < kRows; ++k) {
+    correction[k] = correction_vector[k];
+    if (begin[k] >= end[k]) continue;
+    float* sr = s + k * kKeyTile;
+    const Float16v lo = ExpNonPositive(LoadV(sr) - shift[k]);
+    const Float16v hi = ExpNonPositive(LoadV(sr + kLanes) - shift[k]);
+    StoreV(sr, lo);
+    StoreV(sr + kLanes, hi);
+    Float16v& sum = state.row_sum[r0 + k];
+    sum = sum * correction[k] + (lo + hi);
+  }
+  float* acc = state.acc + r0 * d_size;
+  if (full) {
+    for (int64_t k = 0; k < kRows; k += kValueRows) {
+      AccumulateValueRows<kValueRows>(acc + k * d_size, d_size, correction + k,
+                                      s + k * kKeyTile, vs, n);
+    }
+    return;
+  }
+  for (int64_t k = 0; k < kRows; ++k) {
+    if (begin[k] >= end[k]) continue;
+    AccumulateValues(acc + k * d_size, d_size, correction[k],
+                     s + k * kKeyTile + begin[k], vs + begin[k] * d_size,
+                     end[k] - begin[k]);
+  }
+}
+
 // FlashAttention-style tile: stage the tile's queries as float, stream the
 // visible keys/values in kKeyTile pieces (K staged transposed, so a score
-// row is a plain vector loop over keys, V as float rows), and keep a running
-// max, sum and float32 accumulator per query row. Every sum runs in a fixed
-// order independent of the vector width, and the build never contracts
+// row is a plain vector loop over keys, V as float rows, each converted
+// once per tile), and keep a running max, sum and float32 accumulator per
+// query row. Rows go through AttendRows kRows at a time (then 4, 2, 1 for
+// the rest). Every sum runs in a fixed order independent of the vector
+// width and of kRows / kValueRows, and the build never contracts
 // multiply-adds, so all ISA variants give the same bits.
-template <typename T>
+template <int64_t kRows, int64_t kValueRows, typename T>
 POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                                const AttentionSequence& seq,
                                const AttentionTile& tile) {
@@ -314,9 +507,10 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   alignas(64) float acc[kTileFloats];
   alignas(64) float kt[kMaxTileHead * kKeyTile];
   alignas(64) float vs[kKeyTile * kMaxTileHead];
-  alignas(64) float s[kScoreRows * kKeyTile];
+  alignas(64) float s[kRows * kKeyTile];
+  alignas(64) Float16v row_sum[kMaxTileRows];
   float row_max[kMaxTileRows];
-  float row_sum[kMaxTileRows];
+  const TileState state{row_max, row_sum, acc};
 
   for (int64_t t = 0; t < tile.tokens; ++t) {
     const int64_t token = seq.q_start + tile.token_begin + t;
@@ -326,7 +520,7 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                     (tile.head_begin + h) * a.q_stride_head,
                 1, qs + r * d_size, d_size);
       row_max[r] = kNegInf;
-      row_sum[r] = 0.0f;
+      row_sum[r] = Float16v{};
     }
   }
   std::fill(acc, acc + rows * d_size, 0.0f);
@@ -362,47 +556,40 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     // Rows whose visible range covers the whole piece need no mask.
     const bool unmasked =
         n == kKeyTile && c0 >= last_range.lo && c0 + n - 1 <= first_range.hi;
-    for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows) {
-      const int64_t count = std::min(kScoreRows, rows - r0);
-      ScoreRows(qs + r0 * d_size, d_size, kt, count, a.scale, s);
-      for (int64_t r = r0; r < r0 + count; ++r) {
-        float* sr = s + (r - r0) * kKeyTile;
-        // The row's visible keys in this piece, [c0 + begin, c0 + end): the
-        // others are left out of the value sum, not weighted by 0, so a NaN
-        // or inf in a masked value (0 * inf = NaN) never reaches the row.
-        int64_t begin = 0, end = n;
-        if (!unmasked) {
-          const KeyRange range =
-              VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
-                          seq.kv_len, a.causal, a.window_left, a.window_right);
-          begin = std::clamp<int64_t>(range.lo - c0, 0, n);
-          end = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
-          if (begin >= end) continue;
-          for (int64_t c = 0; c < kKeyTile; ++c) {
-            if (c < begin || c >= end) sr[c] = kNegInf;
-          }
-        }
-        const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
-        // NaN scores drop out of the max but not out of the exps below.
-        const Float16v wide_max = lo > hi ? lo : hi;
-        float piece_max = kNegInf;
-        for (int64_t c = 0; c < kLanes; ++c) {
-          piece_max = std::max(piece_max, wide_max[c]);
-        }
-        const float new_max = std::max(row_max[r], piece_max);
-        // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
-        // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
-        const float shift = new_max == kNegInf ? 0.0f : new_max;
-        const float correction = ExpNonPositive(row_max[r] - shift);
-        StoreV(sr, ExpNonPositive(lo - shift));
-        StoreV(sr + kLanes, ExpNonPositive(hi - shift));
-        float piece_sum = 0.0f;
-        for (int64_t c = 0; c < kKeyTile; ++c) piece_sum += sr[c];
-        row_sum[r] = row_sum[r] * correction + piece_sum;
-        row_max[r] = new_max;
-        AccumulateValues(acc + r * d_size, d_size, correction, sr + begin,
-                         vs + begin * d_size, end - begin);
+    // The next piece's key/value rows are scattered (a token stride or a
+    // block apart), which the hardware prefetchers do not follow: fetch
+    // them while this piece computes, a few rows per row group.
+    const int64_t next = c0 + kKeyTile;
+    const int64_t next_end = std::min(next + kKeyTile, last_range.hi + 1);
+    const int64_t groups = std::max<int64_t>(1, rows / kRows);
+    const int64_t step =
+        std::max<int64_t>(1, (next_end - next + groups - 1) / groups);
+    int64_t prefetched = next;
+    int64_t r0 = 0;
+    for (; r0 + kRows <= rows; r0 += kRows) {
+      AttendRows<kRows, kValueRows>(a, seq, tile, r0, c0, n, unmasked, qs, kt,
+                                    vs, s, state);
+      const int64_t until = std::min(prefetched + step, next_end);
+      PrefetchKvRows(a, seq, kv_head, prefetched, until);
+      prefetched = until;
+    }
+    PrefetchKvRows(a, seq, kv_head, prefetched, next_end);
+    if constexpr (kRows > 4) {
+      if (r0 + 4 <= rows) {
+        AttendRows<4, std::min<int64_t>(4, kValueRows)>(
+            a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
+        r0 += 4;
       }
+    }
+    if constexpr (kRows > 2) {
+      if (r0 + 2 <= rows) {
+        AttendRows<2, std::min<int64_t>(2, kValueRows)>(
+            a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
+        r0 += 2;
+      }
+    }
+    if (r0 < rows) {
+      AttendRows<1, 1>(a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
     }
   }
 
@@ -413,7 +600,8 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       float* o = acc + r * d_size;
       // Sum 0: no key visible, or all visible scores -inf; the row is 0
       // (NaN where 0 * inf reached the accumulator). A NaN sum stays NaN.
-      const float inverse = row_sum[r] == 0.0f ? 0.0f : 1.0f / row_sum[r];
+      const float sum = SumOfLanes(row_sum[r]);
+      const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
       for (int64_t d = 0; d < d_size; ++d) o[d] *= inverse;
       StoreBlock(o,
                  a.out + token * a.o_stride_token +
@@ -423,20 +611,48 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   }
 }
 
-template <typename T>
+// Rows per AttendRows group and per value block for each ISA variant: as
+// many as the registers hold (32 zmm for AVX-512; 16 ymm or xmm below).
+// They change only which rows share a load, never an element's arithmetic,
+// so the variants still agree bit for bit.
+template <int64_t kRows, int64_t kValueRows, typename T>
 POLYOPS_INLINE void AttendTiles(const AttentionArgs<T>& a,
                                 const AttentionSequence* sequences,
                                 const AttentionTile* tiles, int64_t count) {
   for (int64_t k = 0; k < count; ++k) {
-    AttendTile(a, sequences[tiles[k].sequence], tiles[k]);
+    AttendTile<kRows, kValueRows>(a, sequences[tiles[k].sequence], tiles[k]);
   }
 }
 
-POLYOPS_ROW_KERNEL_VARIANTS(AttendTiles,
-                            (const AttentionArgs<T>& a,
-                             const AttentionSequence* sequences,
-                             const AttentionTile* tiles, int64_t count),
-                            (a, sequences, tiles, count))
+template <typename T>
+void AttendTilesBase(const AttentionArgs<T>& a,
+                     const AttentionSequence* sequences,
+                     const AttentionTile* tiles, int64_t count) {
+  AttendTiles<4, 1>(a, sequences, tiles, count);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX2 void AttendTilesAvx2(const AttentionArgs<T>& a,
+                                         const AttentionSequence* sequences,
+                                         const AttentionTile* tiles,
+                                         int64_t count) {
+  AttendTiles<4, 2>(a, sequences, tiles, count);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX512 void AttendTilesAvx512(const AttentionArgs<T>& a,
+                                             const AttentionSequence* sequences,
+                                             const AttentionTile* tiles,
+                                             int64_t count) {
+  AttendTiles<8, 8>(a, sequences, tiles, count);
+}
+
+template <typename T>
+auto AttendTilesForCpu() {
+  return HasAvx512() ? &AttendTilesAvx512<T>
+         : HasAvx2() ? &AttendTilesAvx2<T>
+                     : &AttendTilesBase<T>;
+}
 
 // Splits each (sequence, kv head) into tiles of at most MaxTileRows rows:
 // all query heads of the kv head together where they fit, so every staged
