@@ -7,7 +7,8 @@ Measures in one process, interleaved, on the same data:
   ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`` on
   contiguous [B, H, T, D] copies of the same values (made before timing; torch
   allocates its output). B sequences of T tokens each, H = 32 heads (q and kv),
-  D = 128; default cases (B, T) = (1, 2048) and (4, 512), float32 and bfloat16.
+  D = 128; default cases (B, T) = (1, 1024) (the issue's case), (1, 2048) and (4, 512),
+  float32 and bfloat16.
   GFLOP/s counts the visible (causal) query-key pairs: 4 * D * H * B * T * (T + 1) / 2.
 * **decode**: ``polyops.paged_attention(q, key_cache, value_cache, seq_lens, block_table,
   out=o)``, q [B, Hq, D], caches [num_blocks, 16, Hkv, D] against torch's route
@@ -30,7 +31,10 @@ asynchronous launches is not mistaken for their run time.
 so > 1 means polyops is faster.
 
 Targets (from the issue): prefill ratio >= 1.0, decode ratio >= 2.0, each case
-and dtype; printed as PASS/MISS (exit status stays 0). If this polyops build
+and dtype; printed as PASS/MISS (exit status stays 0). The header names the kernel
+path that ran: each op's default slot and, on CPU, the ISA variant of the attention
+tile kernel (AVX-512 / AVX2 / baseline, as polyops picks it from the CPU flags and
+``POLYOPS_CPU_ISA``). If this polyops build
 lacks an op, its rows say "not available in this build" and the run goes on.
 
 Usage::
@@ -43,6 +47,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -258,6 +263,44 @@ def bench_decode(
     )
 
 
+def cpu_attention_isa() -> str:
+    """The ISA variant polyops' CPU attention tile kernel runs on this machine.
+
+    Mirrors HasAvx2 / HasAvx512 in src/cpu/convert.cc: the CPU's flags, capped by
+    ``POLYOPS_CPU_ISA=baseline|avx2``.
+    """
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    cap = os.environ.get("POLYOPS_CPU_ISA", "")
+    avx2 = cap != "baseline" and {"avx2", "fma", "f16c"} <= flags
+    if avx2 and cap != "avx2" and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "avx512 (8-row score/value blocks)"
+    if avx2:
+        return "avx2 (4-row score, 2-row value blocks)"
+    return "baseline (4-row score, 1-row value blocks)"
+
+
+def kernel_paths(device: str) -> str:
+    """ "flash_attention slot 1 (omp), ..." for the header: which code the run timed."""
+    parts = []
+    for op in ("flash_attention", "paged_attention"):
+        if not hasattr(polyops, op):
+            continue
+        slot = polyops.default_implementation(op, device)
+        name = polyops.implementations(op, device).get(slot, "?") if slot is not None else "-"
+        parts.append(f"{op} slot {slot} ({name})")
+    if device == "cpu":
+        parts.append(f"CPU tile kernel {cpu_attention_isa()}")
+    return ", ".join(parts)
+
+
 def parse_pairs(text: str) -> list[tuple[int, int]]:
     """``"1x2048,4x512"`` -> [(1, 2048), (4, 512)] (B x T)."""
     pairs: list[tuple[int, int]] = []
@@ -295,7 +338,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=parse_pairs,
         default=None,
         metavar="BxT,...",
-        help="prefill cases, sequences x tokens (default 1x2048,4x512; --quick: 1x256,2x128)",
+        help="prefill cases, sequences x tokens (default 1x1024,1x2048,4x512; --quick: "
+        "1x256,2x128)",
     )
     parser.add_argument(
         "--decode",
@@ -329,7 +373,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = finish_run_arguments(parser.parse_args(argv))
     if args.prefill is None:
-        args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 2048), (4, 512)]
+        args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 1024), (1, 2048), (4, 512)]
     if args.decode is None:
         args.decode = [(4, 256)] if args.quick else [(16, 2048)]
     return args
@@ -355,7 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
         f"device {args.device} | repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
         f"flash_attention: {hasattr(polyops, 'flash_attention')} | "
-        f"paged_attention: {hasattr(polyops, 'paged_attention')}"
+        f"paged_attention: {hasattr(polyops, 'paged_attention')}\n"
+        f"kernel path: {kernel_paths(args.device)}"
     )
     print()
 
@@ -452,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "threads": torch.get_num_threads(),
                 "flash_attention_available": hasattr(polyops, "flash_attention"),
                 "paged_attention_available": hasattr(polyops, "paged_attention"),
+                "kernel_path": kernel_paths(args.device),
             },
             "targets": {
                 "prefill_min_ratio_torch_over_polyops": PREFILL_TARGET,
