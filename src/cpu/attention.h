@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/flash_attention.h"
@@ -418,6 +419,18 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
   static_assert(kRows <= kLanes && kRows % kValueRows == 0);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t d_size = a.head_size;
+  if (!unmasked) {
+    // Visible ranges only move right from row to row, so when the first
+    // row's range starts past the piece or the last row's ends before it,
+    // no row of the group sees a key here (causal tiles above the diagonal).
+    const KeyRange first =
+        VisibleKeys(tile.token_begin + r0 / tile.heads, seq.q_len, seq.kv_len,
+                    a.causal, a.window_left, a.window_right);
+    const KeyRange last =
+        VisibleKeys(tile.token_begin + (r0 + kRows - 1) / tile.heads, seq.q_len,
+                    seq.kv_len, a.causal, a.window_left, a.window_right);
+    if (first.lo >= c0 + n || last.hi < c0) return;
+  }
   ScoreRows<kRows>(qs + r0 * d_size, d_size, kt, a.scale, s);
   // The row's visible keys in this piece, [c0 + begin, c0 + end): the
   // others are left out of the value sum, not weighted by 0, so a NaN or
@@ -673,9 +686,25 @@ inline void AppendTiles(const AttentionSequence& seq, int64_t sequence,
   }
 }
 
+// Multiply-adds of a tile, about: its rows times the keys from the first
+// row's first visible key to the last row's last one.
+template <typename T>
+int64_t TileCost(const AttentionArgs<T>& a, const AttentionSequence& seq,
+                 const AttentionTile& tile) {
+  const KeyRange first = VisibleKeys(tile.token_begin, seq.q_len, seq.kv_len,
+                                     a.causal, a.window_left, a.window_right);
+  const KeyRange last =
+      VisibleKeys(tile.token_begin + tile.tokens - 1, seq.q_len, seq.kv_len,
+                  a.causal, a.window_left, a.window_right);
+  return tile.tokens * tile.heads *
+         std::max<int64_t>(1, last.hi - first.lo + 1);
+}
+
 // Runs the tiles, over OpenMP threads when `parallel`. Tiles differ widely
 // in cost (causal rows, varlen sequences), so threads take them
-// dynamically; the serial path never enters the OpenMP runtime.
+// dynamically, the costliest first (the last ones taken are short, so no
+// thread waits long for another at the end); the serial path never enters
+// the OpenMP runtime.
 template <typename T>
 void RunTiles(const AttentionArgs<T>& a,
               const std::vector<AttentionSequence>& sequences,
@@ -683,9 +712,14 @@ void RunTiles(const AttentionArgs<T>& a,
   const auto kernel = AttendTilesForCpu<T>();
   const int64_t count = static_cast<int64_t>(tiles.size());
   if (parallel && count > 1) {
+    std::vector<std::pair<int64_t, int64_t>> order(count);  // (-cost, tile)
+    for (int64_t k = 0; k < count; ++k) {
+      order[k] = {-TileCost(a, sequences[tiles[k].sequence], tiles[k]), k};
+    }
+    std::sort(order.begin(), order.end());
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < count; ++k) {
-      kernel(a, sequences.data(), tiles.data() + k, 1);
+      kernel(a, sequences.data(), tiles.data() + order[k].second, 1);
     }
   } else {
     kernel(a, sequences.data(), tiles.data(), count);
