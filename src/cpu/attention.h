@@ -157,8 +157,8 @@ struct AttentionTile {
 
 // Tile sizes. A tile has at most kTileFloats / head_size (and kMaxTileRows)
 // query rows; keys stream through in kKeyTile pieces. The stack holds
-// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (192 KiB) per thread.
-inline constexpr int64_t kKeyTile = 32;
+// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (256 KiB) per thread.
+inline constexpr int64_t kKeyTile = 64;
 inline constexpr int64_t kMaxTileHead = 256;
 inline constexpr int64_t kTileFloats = 16384;
 inline constexpr int64_t kMaxTileRows = 128;
@@ -264,30 +264,40 @@ POLYOPS_INLINE float SumOfLanes(Float16v x) {
 
 // s[r * kKeyTile + c] = scale * dot(q row r, key c) for kRows query rows
 // (q rows d_size apart) against a staged key piece kt (transposed: d_size
-// rows of kKeyTile). The 2 * kRows accumulators stay in registers, so each
-// key vector loaded serves kRows rows; each dot sums in d order.
-static_assert(kKeyTile == 2 * kLanes, "a key piece is 2 vectors wide");
+// rows of kKeyTile). The kRows * kKeyVecs accumulators stay in registers,
+// so each key vector loaded serves kRows rows and each q broadcast kKeyVecs
+// vectors; each dot sums in d order.
+inline constexpr int64_t kKeyVecs = kKeyTile / kLanes;
+static_assert(kKeyTile == kKeyVecs * kLanes, "a key piece is whole vectors");
 
 template <int64_t kRows>
 POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
                               float scale, float* s) {
-  Float16v a[kRows], b[kRows];
+  Float16v acc[kRows][kKeyVecs];
 #pragma GCC unroll 16
-  for (int64_t r = 0; r < kRows; ++r) a[r] = b[r] = Float16v{};
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] = Float16v{};
+  }
   for (int64_t d = 0; d < d_size; ++d) {
-    const Float16v ka = LoadV(kt + d * kKeyTile);
-    const Float16v kb = LoadV(kt + d * kKeyTile + kLanes);
+    Float16v k[kKeyVecs];
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      k[v] = LoadV(kt + d * kKeyTile + v * kLanes);
+    }
 #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r) {
       const float qd = q[r * d_size + d];
-      a[r] += qd * ka;
-      b[r] += qd * kb;
+#pragma GCC unroll 16
+      for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] += qd * k[v];
     }
   }
 #pragma GCC unroll 16
   for (int64_t r = 0; r < kRows; ++r) {
-    StoreV(s + r * kKeyTile, a[r] * scale);
-    StoreV(s + r * kKeyTile + kLanes, b[r] * scale);
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      StoreV(s + r * kKeyTile + v * kLanes, acc[r][v] * scale);
+    }
   }
 }
 
@@ -332,37 +342,61 @@ POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
   }
 }
 
-// AccumulateValues for kRows rows (accumulators and p rows kKeyTile apart)
-// over the same n value rows: each value vector loaded serves kRows rows.
-// Every element sees the same operations in the same order as in
-// AccumulateValues, so the two give the same bits.
+// Dims [d0, d0 + 16 * kVecs) of AccumulateValues for kRows rows
+// (accumulators d_size apart, p rows kKeyTile apart) over the same n value
+// rows: each value vector loaded serves kRows rows, each p broadcast kVecs
+// vectors.
+template <int64_t kRows, int64_t kVecs>
+POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
+                                         const float* correction,
+                                         const float* p, const float* vs,
+                                         int64_t n) {
+  Float16v acc[kRows][kVecs];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      acc[r][k] = LoadV(o + r * d_size + d0 + k * kLanes) * correction[r];
+    }
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    Float16v v[kVecs];
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      v[k] = LoadV(vs + c * d_size + d0 + k * kLanes);
+    }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float pc = p[r * kKeyTile + c];
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < kVecs; ++k) acc[r][k] += pc * v[k];
+    }
+  }
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      StoreV(o + r * d_size + d0 + k * kLanes, acc[r][k]);
+    }
+  }
+}
+
+// AccumulateValues for kRows rows over the same n value rows, in blocks of
+// kRows x 64 dims (4 rows and more: 16 accumulators, one p broadcast per 4
+// multiplies) or kRows x 32. Every element sees the same operations in the
+// same order as in AccumulateValues, so the two give the same bits.
 template <int64_t kRows>
 POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
                                         const float* correction, const float* p,
                                         const float* vs, int64_t n) {
   int64_t d0 = 0;
+  if constexpr (kRows >= 4) {
+    for (; d0 + 4 * kLanes <= d_size; d0 += 4 * kLanes) {
+      AccumulateValueBlock<kRows, 4>(o, d_size, d0, correction, p, vs, n);
+    }
+  }
   for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
-    Float16v a[kRows], b[kRows];
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kRows; ++r) {
-      a[r] = LoadV(o + r * d_size + d0) * correction[r];
-      b[r] = LoadV(o + r * d_size + d0 + kLanes) * correction[r];
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      const Float16v va = LoadV(vs + c * d_size + d0);
-      const Float16v vb = LoadV(vs + c * d_size + d0 + kLanes);
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kRows; ++r) {
-        const float pc = p[r * kKeyTile + c];
-        a[r] += pc * va;
-        b[r] += pc * vb;
-      }
-    }
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kRows; ++r) {
-      StoreV(o + r * d_size + d0, a[r]);
-      StoreV(o + r * d_size + d0 + kLanes, b[r]);
-    }
+    AccumulateValueBlock<kRows, 2>(o, d_size, d0, correction, p, vs, n);
   }
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t d = d0; d < d_size; ++d) {
@@ -407,8 +441,8 @@ POLYOPS_INLINE void PrefetchKvRows(const AttentionArgs<T>& a,
 
 // One staged kv piece (n keys from c0; kt transposed keys, vs values) for
 // query rows [r0, r0 + kRows) of a tile: scores, online softmax, values.
-// kValueRows rows share each value load (a register budget: 2 * kValueRows
-// accumulators).
+// kValueRows rows share each value load (a register budget: AccumulateValueRows
+// holds 2 or 4 accumulators per row).
 template <int64_t kRows, int64_t kValueRows, typename T>
 POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
                                const AttentionSequence& seq,
@@ -461,8 +495,12 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
   Float16v old_minus_shift{};
   for (int64_t k = 0; k < kRows; ++k) {
     const float* sr = s + k * kKeyTile;
-    const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
-    const float piece_max = MaxOfLanes(lo > hi ? lo : hi);
+    Float16v wide_max = LoadV(sr);
+    for (int64_t v = 1; v < kKeyVecs; ++v) {
+      const Float16v x = LoadV(sr + v * kLanes);
+      wide_max = wide_max > x ? wide_max : x;
+    }
+    const float piece_max = MaxOfLanes(wide_max);
     float& row_max = state.row_max[r0 + k];
     const float new_max = std::max(row_max, piece_max);
     // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
@@ -477,12 +515,14 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
     correction[k] = correction_vector[k];
     if (begin[k] >= end[k]) continue;
     float* sr = s + k * kKeyTile;
-    const Float16v lo = ExpNonPositive(LoadV(sr) - shift[k]);
-    const Float16v hi = ExpNonPositive(LoadV(sr + kLanes) - shift[k]);
-    StoreV(sr, lo);
-    StoreV(sr + kLanes, hi);
+    Float16v piece_sum{};
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      const Float16v e = ExpNonPositive(LoadV(sr + v * kLanes) - shift[k]);
+      StoreV(sr + v * kLanes, e);
+      piece_sum = v == 0 ? e : piece_sum + e;
+    }
     Float16v& sum = state.row_sum[r0 + k];
-    sum = sum * correction[k] + (lo + hi);
+    sum = sum * correction[k] + piece_sum;
   }
   float* acc = state.acc + r0 * d_size;
   if (full) {
@@ -625,7 +665,9 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
 }
 
 // Rows per AttendRows group and per value block for each ISA variant: as
-// many as the registers hold (32 zmm for AVX-512; 16 ymm or xmm below).
+// many as the registers hold (AVX-512: 4 rows x 64 keys or 64 dims = 16 of
+// its 32 zmm, a broadcast per 4 multiplies; AVX2 and SSE2 have 16 ymm or
+// xmm registers, and a Float16v takes 2 or 4 of them).
 // They change only which rows share a load, never an element's arithmetic,
 // so the variants still agree bit for bit.
 template <int64_t kRows, int64_t kValueRows, typename T>
@@ -641,7 +683,7 @@ template <typename T>
 void AttendTilesBase(const AttentionArgs<T>& a,
                      const AttentionSequence* sequences,
                      const AttentionTile* tiles, int64_t count) {
-  AttendTiles<4, 1>(a, sequences, tiles, count);
+  AttendTiles<1, 1>(a, sequences, tiles, count);
 }
 
 template <typename T>
@@ -649,7 +691,7 @@ POLYOPS_TARGET_AVX2 void AttendTilesAvx2(const AttentionArgs<T>& a,
                                          const AttentionSequence* sequences,
                                          const AttentionTile* tiles,
                                          int64_t count) {
-  AttendTiles<4, 2>(a, sequences, tiles, count);
+  AttendTiles<2, 2>(a, sequences, tiles, count);
 }
 
 template <typename T>
@@ -657,7 +699,7 @@ POLYOPS_TARGET_AVX512 void AttendTilesAvx512(const AttentionArgs<T>& a,
                                              const AttentionSequence* sequences,
                                              const AttentionTile* tiles,
                                              int64_t count) {
-  AttendTiles<8, 8>(a, sequences, tiles, count);
+  AttendTiles<4, 4>(a, sequences, tiles, count);
 }
 
 template <typename T>
