@@ -281,10 +281,10 @@ def cpu_attention_isa() -> str:
     cap = os.environ.get("POLYOPS_CPU_ISA", "")
     avx2 = cap != "baseline" and {"avx2", "fma", "f16c"} <= flags
     if avx2 and cap != "avx2" and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        return "avx512 (8-row score/value blocks)"
+        return "avx512 (4-row x 64-wide score/value blocks)"
     if avx2:
-        return "avx2 (4-row score, 2-row value blocks)"
-    return "baseline (4-row score, 1-row value blocks)"
+        return "avx2 (2-row blocks)"
+    return "baseline (1-row blocks)"
 
 
 def kernel_paths(device: str) -> str:

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "base/flash_attention.h"
@@ -744,9 +744,11 @@ int64_t TileCost(const AttentionArgs<T>& a, const AttentionSequence& seq,
 
 // Runs the tiles, over OpenMP threads when `parallel`. Tiles differ widely
 // in cost (causal rows, varlen sequences), so threads take them
-// dynamically, the costliest first (the last ones taken are short, so no
-// thread waits long for another at the end); the serial path never enters
-// the OpenMP runtime.
+// dynamically: (sequence, kv head) by (sequence, kv head) as AppendTiles
+// made them, so tiles taken one after another read the same keys and
+// values while they are still cached, and within each the costliest first,
+// so the schedule ends with short tiles and no thread waits long for
+// another. The serial path never enters the OpenMP runtime.
 template <typename T>
 void RunTiles(const AttentionArgs<T>& a,
               const std::vector<AttentionSequence>& sequences,
@@ -754,14 +756,23 @@ void RunTiles(const AttentionArgs<T>& a,
   const auto kernel = AttendTilesForCpu<T>();
   const int64_t count = static_cast<int64_t>(tiles.size());
   if (parallel && count > 1) {
-    std::vector<std::pair<int64_t, int64_t>> order(count);  // (-cost, tile)
+    struct Order {
+      int64_t sequence, kv_head, minus_cost, tile;
+      bool operator<(const Order& o) const {
+        return std::tie(sequence, kv_head, minus_cost, tile) <
+               std::tie(o.sequence, o.kv_head, o.minus_cost, o.tile);
+      }
+    };
+    std::vector<Order> order(count);
     for (int64_t k = 0; k < count; ++k) {
-      order[k] = {-TileCost(a, sequences[tiles[k].sequence], tiles[k]), k};
+      const AttentionTile& tile = tiles[k];
+      order[k] = {tile.sequence, tile.head_begin / a.group,
+                  -TileCost(a, sequences[tile.sequence], tile), k};
     }
     std::sort(order.begin(), order.end());
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < count; ++k) {
-      kernel(a, sequences.data(), tiles.data() + order[k].second, 1);
+      kernel(a, sequences.data(), tiles.data() + order[k].tile, 1);
     }
   } else {
     kernel(a, sequences.data(), tiles.data(), count);
