@@ -417,6 +417,56 @@ struct TileState {
   float* acc;
 };
 
+// Transposes 16 x 16 floats held in 16 vectors: block swaps of 8, 4, 2 and
+// 1 lanes between rows 8, 4, 2 and 1 apart (two-source shuffles).
+POLYOPS_INLINE void Transpose16(Float16v* m) {
+  constexpr int64_t kSteps[4] = {8, 4, 2, 1};
+#pragma GCC unroll 4
+  for (int64_t t = 0; t < 4; ++t) {
+    const int64_t step = kSteps[t];
+    Int16v low, high;  // lanes of (row i, row i + step) for the new rows
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const bool upper = (l & step) != 0;
+      low[l] = static_cast<int32_t>(upper ? kLanes + l - step : l);
+      high[l] = static_cast<int32_t>(upper ? kLanes + l : l + step);
+    }
+#pragma GCC unroll 16
+    for (int64_t i = 0; i < kLanes; ++i) {
+      if (i & step) continue;
+      const Float16v x = m[i], y = m[i + step];
+      m[i] = __builtin_shuffle(x, y, low);
+      m[i + step] = __builtin_shuffle(x, y, high);
+    }
+  }
+}
+
+// kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
+// (the padding keys score 0 and are masked): 16 x 16 blocks transposed in
+// registers, a scalar loop for the last d_size % 16 dims.
+POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
+                                  int64_t d_size, float* kt) {
+  const int64_t d_vec = d_size - d_size % kLanes;
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kLanes) {
+    for (int64_t d0 = 0; d0 < d_vec; d0 += kLanes) {
+      Float16v m[kLanes];
+#pragma GCC unroll 16
+      for (int64_t i = 0; i < kLanes; ++i) {
+        m[i] = c0 + i < n ? LoadV(rows[c0 + i] + d0) : Float16v{};
+      }
+      Transpose16(m);
+#pragma GCC unroll 16
+      for (int64_t i = 0; i < kLanes; ++i) {
+        StoreV(kt + (d0 + i) * kKeyTile + c0, m[i]);
+      }
+    }
+  }
+  for (int64_t d = d_vec; d < d_size; ++d) {
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      kt[d * kKeyTile + c] = c < n ? rows[c][d] : 0.0f;
+    }
+  }
+}
+
 // Asks for kv rows [begin, end) of kv_head (keys and values) to be brought
 // into the cache.
 template <typename T>
@@ -588,18 +638,14 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   // of the tile, so those kv tiles are never loaded.
   for (int64_t c0 = first_range.lo; c0 <= last_range.hi; c0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, last_range.hi - c0 + 1);
+    const float* k_rows[kKeyTile];
     for (int64_t c = 0; c < n; ++c) {
       const T* k_row =
           KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
                 a.block_size, c0 + c, kv_head);
-      const float* k_float = StageIn(k_row, vs + c * d_size, d_size);
-      for (int64_t d = 0; d < d_size; ++d) kt[d * kKeyTile + c] = k_float[d];
+      k_rows[c] = StageIn(k_row, vs + c * d_size, d_size);
     }
-    if (n < kKeyTile) {
-      for (int64_t d = 0; d < d_size; ++d) {
-        for (int64_t c = n; c < kKeyTile; ++c) kt[d * kKeyTile + c] = 0.0f;
-      }
-    }
+    TransposeKeys(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
       const T* v_row =
           KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head,
