@@ -8,7 +8,8 @@ Measures in one process, interleaved, on the same data:
   contiguous [B, H, T, D] copies of the same values (made before timing; torch
   allocates its output). B sequences of T tokens each, H = 32 query heads and
   ``--prefill-kv-heads`` kv heads (default 32; fewer: SDPA gets ``enable_gqa=True``),
-  D = 128; default cases (B, T) = (1, 2048) and (4, 512), float32 and bfloat16.
+  D = 128; default cases (B, T) = (1, 1024) (issue 13's case), (1, 2048) and (4, 512),
+  float32 and bfloat16.
   GFLOP/s counts the visible (causal) query-key pairs: 4 * D * H * B * T * (T + 1) / 2.
 * **decode**: ``polyops.paged_attention(q, key_cache, value_cache, seq_lens, block_table,
   out=o)``, q [B, Hq, D], caches [num_blocks, 16, Hkv, D] against torch's route
@@ -33,7 +34,10 @@ launches is not mistaken for their run time.
 so > 1 means polyops is faster.
 
 Targets (from the issue): prefill ratio >= 1.0, decode ratio >= 2.0, each case
-and dtype; printed as PASS/MISS (exit status stays 0). If this polyops build
+and dtype; printed as PASS/MISS (exit status stays 0). The header names the kernel
+path that ran: each op's default slot and, on CPU, the ISA variant of the attention
+tile kernel (AVX-512 / AVX2 / baseline, as polyops picks it from the CPU flags and
+``POLYOPS_CPU_ISA``). If this polyops build
 lacks an op, its rows say "not available in this build" and the run goes on.
 
 Usage::
@@ -330,6 +334,20 @@ def parse_slots(text: str) -> list[int]:
     return slots
 
 
+def kernel_paths(device: str) -> str:
+    """ "flash_attention slot 1 (omp), ..." for the header: which code the run timed."""
+    parts = []
+    for op in ("flash_attention", "paged_attention"):
+        if not hasattr(polyops, op):
+            continue
+        slot = polyops.default_implementation(op, device)
+        name = polyops.implementations(op, device).get(slot, "?") if slot is not None else "-"
+        parts.append(f"{op} slot {slot} ({name})")
+    if device == "cpu":
+        parts.append(f"CPU tile kernel {polyops._C._cpu_isa()}")
+    return ", ".join(parts)
+
+
 def parse_pairs(text: str) -> list[tuple[int, int]]:
     """``"1x2048,4x512"`` -> [(1, 2048), (4, 512)] (B x T)."""
     pairs: list[tuple[int, int]] = []
@@ -367,7 +385,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=parse_pairs,
         default=None,
         metavar="BxT,...",
-        help="prefill cases, sequences x tokens (default 1x2048,4x512; --quick: 1x256,2x128)",
+        help="prefill cases, sequences x tokens (default 1x1024,1x2048,4x512; --quick: "
+        "1x256,2x128)",
     )
     parser.add_argument(
         "--decode",
@@ -416,7 +435,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = finish_run_arguments(parser.parse_args(argv))
     if args.prefill is None:
-        args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 2048), (4, 512)]
+        args.prefill = [(1, 256), (2, 128)] if args.quick else [(1, 1024), (1, 2048), (4, 512)]
     if args.decode is None:
         args.decode = [(4, 256)] if args.quick else [(16, 2048)]
     return args
@@ -442,7 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"torch threads {torch.get_num_threads()} | load {load_average()} |\n"
         f"device {args.device} | repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
         f"flash_attention: {hasattr(polyops, 'flash_attention')} | "
-        f"paged_attention: {hasattr(polyops, 'paged_attention')}"
+        f"paged_attention: {hasattr(polyops, 'paged_attention')}\n"
+        f"kernel path: {kernel_paths(args.device)}"
     )
     print()
 
@@ -542,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "threads": torch.get_num_threads(),
                 "flash_attention_available": hasattr(polyops, "flash_attention"),
                 "paged_attention_available": hasattr(polyops, "paged_attention"),
+                "kernel_path": kernel_paths(args.device),
             },
             "targets": {
                 "prefill_min_ratio_torch_over_polyops": PREFILL_TARGET,

@@ -60,12 +60,14 @@ FA = "flash_attention"
 PA = "paged_attention"
 DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]
 
-# (heads, kv_heads, head_size, causal): GQA ratios 1, 4 and 8.
+# (heads, kv_heads, head_size, causal): GQA ratios 1, 3, 4 and 8.
 CONFIGS = [
     pytest.param(2, 2, 64, True, id="mha-d64-causal"),
     pytest.param(4, 1, 128, True, id="gqa4-d128-causal"),
     pytest.param(8, 1, 64, False, id="gqa8-d64-full"),
     pytest.param(8, 2, 128, False, id="gqa4-d128-full"),
+    # 126-row tiles (rows in groups of 8, 4 and 2) and a 16-dim tail past 2 * 32.
+    pytest.param(3, 1, 80, True, id="gqa3-d80-causal"),
 ]
 
 

@@ -58,6 +58,21 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     v[60, 0, 9], v[0, 1, 3] = nan, inf
     out[f"attention_specials_{dtype}"] = polyops.flash_attention(
         q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
+    # Attention rows in groups of 8, 4, 2 and 1 (126-row tiles of 3 heads),
+    # head size 80 (a 16-dim tail), a sliding window, and paged decode.
+    a = torch.Generator().manual_seed(11)
+    q3 = torch.randn(150, 6, 80, generator=a).to(dtype)
+    k3 = torch.randn(170, 2, 80, generator=a).to(dtype)
+    v3 = torch.randn(170, 2, 80, generator=a).to(dtype)
+    cq3 = torch.tensor([0, 3, 150], dtype=torch.int32)
+    ck3 = torch.tensor([0, 20, 170], dtype=torch.int32)
+    out[f"attention_tails_{dtype}"] = polyops.flash_attention(
+        q3, k3, v3, cu_seqlens_q=cq3, cu_seqlens_kv=ck3, causal=True, window_left=45)
+    kc = torch.randn(12, 16, 2, 80, generator=a).to(dtype)
+    vc = torch.randn(12, 16, 2, 80, generator=a).to(dtype)
+    lens = torch.tensor([37, 150, 0], dtype=torch.int32)
+    table = torch.randint(0, 12, (3, 10), generator=a, dtype=torch.int32)
+    out[f"paged_attention_{dtype}"] = polyops.paged_attention(q3[:3], kc, vc, lens, table)
     s = torch.randn(3, 40, 50, generator=h).to(dtype)
     s[0, 1, 5], s[0, 2, 20], s[0, 3, :14], s[1, :, 7], s[2, 30, 45:] = nan, inf, -inf, -inf, nan
     out[f"causal_softmax_specials_{dtype}"] = polyops.causal_softmax(s)
@@ -128,6 +143,8 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
         # Checked against float64 in test_attention.py, test_elementwise.py, test_rotary.py.
         for op in (
             "attention",
+            "attention_tails",
+            "paged_attention",
             "silu_and_mul",
             "silu_and_mul_vllm",
             "swiglu",

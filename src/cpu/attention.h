@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -156,8 +157,8 @@ struct AttentionTile {
 
 // Tile sizes. A tile has at most kTileFloats / head_size (and kMaxTileRows)
 // query rows; keys stream through in kKeyTile pieces. The stack holds
-// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (192 KiB) per thread.
-inline constexpr int64_t kKeyTile = 32;
+// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (256 KiB) per thread.
+inline constexpr int64_t kKeyTile = 64;
 inline constexpr int64_t kMaxTileHead = 256;
 inline constexpr int64_t kTileFloats = 16384;
 inline constexpr int64_t kMaxTileRows = 128;
@@ -230,64 +231,109 @@ POLYOPS_INLINE float ExpNonPositive(float x) {
   return ExpNonPositive(v)[0];
 }
 
-// Query rows scored together against one staged key piece: each key row
-// loaded serves kScoreRows accumulators held in registers.
-inline constexpr int64_t kScoreRows = 4;
+// Largest of 16 lanes, NaN lanes left out (-inf when all are NaN or
+// -inf): a NaN score makes its row NaN through its exp, not through the
+// max. Max is exact, so the reduction order cannot change the bits.
+POLYOPS_INLINE float MaxOfLanes(Float16v x) {
+  const Float16v neg_inf = Float16v{} - std::numeric_limits<float>::infinity();
+  x = x == x ? x : neg_inf;
+  const Int16v swap8 = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+  const Int16v swap4 = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+  const Int16v swap2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+  const Int16v swap1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+  Float16v y = __builtin_shuffle(x, swap8);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap4);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap2);
+  x = x > y ? x : y;
+  y = __builtin_shuffle(x, swap1);
+  x = x > y ? x : y;
+  return x[0];
+}
 
-// s[r * kKeyTile + c] = scale * dot(q row r, key c) for r < count (<=
-// kScoreRows); kt holds the piece transposed, d_size rows of kKeyTile.
-static_assert(kKeyTile == 2 * kLanes, "ScoreRows holds a piece in 2 vectors");
-
-POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
-                              int64_t count, float scale, float* s) {
-  if (count == kScoreRows) {
-    Float16v a0{}, b0{}, a1{}, b1{}, a2{}, b2{}, a3{}, b3{};
-    for (int64_t d = 0; d < d_size; ++d) {
-      const Float16v ka = LoadV(kt + d * kKeyTile);
-      const Float16v kb = LoadV(kt + d * kKeyTile + kLanes);
-      const float q0 = q[d], q1 = q[d_size + d], q2 = q[2 * d_size + d],
-                  q3 = q[3 * d_size + d];
-      a0 += q0 * ka, b0 += q0 * kb;
-      a1 += q1 * ka, b1 += q1 * kb;
-      a2 += q2 * ka, b2 += q2 * kb;
-      a3 += q3 * ka, b3 += q3 * kb;
-    }
-    StoreV(s, a0 * scale), StoreV(s + kLanes, b0 * scale);
-    StoreV(s + kKeyTile, a1 * scale), StoreV(s + kKeyTile + kLanes, b1 * scale);
-    StoreV(s + 2 * kKeyTile, a2 * scale);
-    StoreV(s + 2 * kKeyTile + kLanes, b2 * scale);
-    StoreV(s + 3 * kKeyTile, a3 * scale);
-    StoreV(s + 3 * kKeyTile + kLanes, b3 * scale);
-    return;
+// Sum of 16 lanes in a fixed pairwise order (the same on every ISA).
+POLYOPS_INLINE float SumOfLanes(Float16v x) {
+  float lanes[kLanes];
+  StoreV(lanes, x);
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
+    for (int64_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
   }
-  for (int64_t r = 0; r < count; ++r) {
-    Float16v a{}, b{};
-    for (int64_t d = 0; d < d_size; ++d) {
-      const float qd = q[r * d_size + d];
-      a += qd * LoadV(kt + d * kKeyTile);
-      b += qd * LoadV(kt + d * kKeyTile + kLanes);
+  return lanes[0];
+}
+
+// s[r * kKeyTile + c] = scale * dot(q row r, key c) for kRows query rows
+// (q rows d_size apart) against a staged key piece kt (transposed: d_size
+// rows of kKeyTile). The kRows * kKeyVecs accumulators stay in registers,
+// so each key vector loaded serves kRows rows and each q broadcast kKeyVecs
+// vectors; each dot sums in d order.
+inline constexpr int64_t kKeyVecs = kKeyTile / kLanes;
+static_assert(kKeyTile == kKeyVecs * kLanes, "a key piece is whole vectors");
+
+template <int64_t kRows>
+POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
+                              float scale, float* s) {
+  Float16v acc[kRows][kKeyVecs];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] = Float16v{};
+  }
+  for (int64_t d = 0; d < d_size; ++d) {
+    Float16v k[kKeyVecs];
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      k[v] = LoadV(kt + d * kKeyTile + v * kLanes);
     }
-    StoreV(s + r * kKeyTile, a * scale);
-    StoreV(s + r * kKeyTile + kLanes, b * scale);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float qd = q[r * d_size + d];
+#pragma GCC unroll 16
+      for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] += qd * k[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      StoreV(s + r * kKeyTile + v * kLanes, acc[r][v] * scale);
+    }
   }
 }
 
-// o = o * correction + sum_c p[c] * v[c] over n value rows, 32 dims at a
-// time held in registers across the rows (each dim sums in key order).
+// o[d0, d0 + 16 * kVecs) = o * correction + sum_c p[c] * v[c] over n value
+// rows (rows of vs d_size apart), the kVecs accumulators held in registers
+// across the rows; each dim sums in key order.
+template <int64_t kVecs>
+POLYOPS_INLINE void AccumulateValueVectors(float* o, int64_t d_size, int64_t d0,
+                                           float correction, const float* p,
+                                           const float* vs, int64_t n) {
+  Float16v a[kVecs];
+#pragma GCC unroll 8
+  for (int64_t k = 0; k < kVecs; ++k) {
+    a[k] = LoadV(o + d0 + k * kLanes) * correction;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const float* v = vs + c * d_size + d0;
+#pragma GCC unroll 8
+    for (int64_t k = 0; k < kVecs; ++k) a[k] += p[c] * LoadV(v + k * kLanes);
+  }
+#pragma GCC unroll 8
+  for (int64_t k = 0; k < kVecs; ++k) StoreV(o + d0 + k * kLanes, a[k]);
+}
+
+// o = o * correction + sum_c p[c] * v[c] over n value rows: 128 dims at a
+// time (8 independent add chains, so one row is not bound by the add
+// latency), then 32, then one by one; each dim sums in key order.
 POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
                                      const float* p, const float* vs,
                                      int64_t n) {
   int64_t d0 = 0;
+  for (; d0 + 8 * kLanes <= d_size; d0 += 8 * kLanes) {
+    AccumulateValueVectors<8>(o, d_size, d0, correction, p, vs, n);
+  }
   for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
-    Float16v a = LoadV(o + d0) * correction;
-    Float16v b = LoadV(o + d0 + kLanes) * correction;
-    for (int64_t c = 0; c < n; ++c) {
-      const float* v = vs + c * d_size + d0;
-      a += p[c] * LoadV(v);
-      b += p[c] * LoadV(v + kLanes);
-    }
-    StoreV(o + d0, a);
-    StoreV(o + d0 + kLanes, b);
+    AccumulateValueVectors<2>(o, d_size, d0, correction, p, vs, n);
   }
   for (int64_t d = d0; d < d_size; ++d) {
     float value = o[d] * correction;
@@ -296,13 +342,263 @@ POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
   }
 }
 
+// Dims [d0, d0 + 16 * kVecs) of AccumulateValues for kRows rows
+// (accumulators d_size apart, p rows kKeyTile apart) over the same n value
+// rows: each value vector loaded serves kRows rows, each p broadcast kVecs
+// vectors.
+template <int64_t kRows, int64_t kVecs>
+POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
+                                         const float* correction,
+                                         const float* p, const float* vs,
+                                         int64_t n) {
+  Float16v acc[kRows][kVecs];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      acc[r][k] = LoadV(o + r * d_size + d0 + k * kLanes) * correction[r];
+    }
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    Float16v v[kVecs];
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      v[k] = LoadV(vs + c * d_size + d0 + k * kLanes);
+    }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float pc = p[r * kKeyTile + c];
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < kVecs; ++k) acc[r][k] += pc * v[k];
+    }
+  }
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kVecs; ++k) {
+      StoreV(o + r * d_size + d0 + k * kLanes, acc[r][k]);
+    }
+  }
+}
+
+// AccumulateValues for kRows rows over the same n value rows, in blocks of
+// kRows x 64 dims (4 rows and more: 16 accumulators, one p broadcast per 4
+// multiplies) or kRows x 32. Every element sees the same operations in the
+// same order as in AccumulateValues, so the two give the same bits.
+template <int64_t kRows>
+POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
+                                        const float* correction, const float* p,
+                                        const float* vs, int64_t n) {
+  int64_t d0 = 0;
+  if constexpr (kRows >= 4) {
+    for (; d0 + 4 * kLanes <= d_size; d0 += 4 * kLanes) {
+      AccumulateValueBlock<kRows, 4>(o, d_size, d0, correction, p, vs, n);
+    }
+  }
+  for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
+    AccumulateValueBlock<kRows, 2>(o, d_size, d0, correction, p, vs, n);
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t d = d0; d < d_size; ++d) {
+      float value = o[r * d_size + d] * correction[r];
+      for (int64_t c = 0; c < n; ++c) {
+        value += p[r * kKeyTile + c] * vs[c * d_size + d];
+      }
+      o[r * d_size + d] = value;
+    }
+  }
+}
+
+// Running state of a tile's query rows: max, per-lane partial sums of the
+// exps (reduced once at the end, in a fixed order), float32 accumulators.
+struct TileState {
+  float* row_max;
+  Float16v* row_sum;
+  float* acc;
+};
+
+// Transposes 16 x 16 floats held in 16 vectors: block swaps of 8, 4, 2 and
+// 1 lanes between rows 8, 4, 2 and 1 apart (two-source shuffles).
+POLYOPS_INLINE void Transpose16(Float16v* m) {
+  constexpr int64_t kSteps[4] = {8, 4, 2, 1};
+#pragma GCC unroll 4
+  for (int64_t t = 0; t < 4; ++t) {
+    const int64_t step = kSteps[t];
+    Int16v low, high;  // lanes of (row i, row i + step) for the new rows
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const bool upper = (l & step) != 0;
+      low[l] = static_cast<int32_t>(upper ? kLanes + l - step : l);
+      high[l] = static_cast<int32_t>(upper ? kLanes + l : l + step);
+    }
+#pragma GCC unroll 16
+    for (int64_t i = 0; i < kLanes; ++i) {
+      if (i & step) continue;
+      const Float16v x = m[i], y = m[i + step];
+      m[i] = __builtin_shuffle(x, y, low);
+      m[i + step] = __builtin_shuffle(x, y, high);
+    }
+  }
+}
+
+// kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
+// (the padding keys score 0 and are masked): 16 x 16 blocks transposed in
+// registers, a scalar loop for the last d_size % 16 dims.
+POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
+                                  int64_t d_size, float* kt) {
+  const int64_t d_vec = d_size - d_size % kLanes;
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kLanes) {
+    for (int64_t d0 = 0; d0 < d_vec; d0 += kLanes) {
+      Float16v m[kLanes];
+#pragma GCC unroll 16
+      for (int64_t i = 0; i < kLanes; ++i) {
+        m[i] = c0 + i < n ? LoadV(rows[c0 + i] + d0) : Float16v{};
+      }
+      Transpose16(m);
+#pragma GCC unroll 16
+      for (int64_t i = 0; i < kLanes; ++i) {
+        StoreV(kt + (d0 + i) * kKeyTile + c0, m[i]);
+      }
+    }
+  }
+  for (int64_t d = d_vec; d < d_size; ++d) {
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      kt[d * kKeyTile + c] = c < n ? rows[c][d] : 0.0f;
+    }
+  }
+}
+
+// Asks for kv rows [begin, end) of kv_head (keys and values) to be brought
+// into the cache.
+template <typename T>
+POLYOPS_INLINE void PrefetchKvRows(const AttentionArgs<T>& a,
+                                   const AttentionSequence& seq,
+                                   int64_t kv_head, int64_t begin,
+                                   int64_t end) {
+  const int64_t bytes = a.head_size * static_cast<int64_t>(sizeof(T));
+  for (int64_t j = begin; j < end; ++j) {
+    const char* k = reinterpret_cast<const char*>(
+        KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
+              a.block_size, j, kv_head));
+    const char* v = reinterpret_cast<const char*>(
+        KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head, seq,
+              a.block_size, j, kv_head));
+    for (int64_t offset = 0; offset < bytes; offset += 64) {
+      __builtin_prefetch(k + offset);
+      __builtin_prefetch(v + offset);
+    }
+  }
+}
+
+// One staged kv piece (n keys from c0; kt transposed keys, vs values) for
+// query rows [r0, r0 + kRows) of a tile: scores, online softmax, values.
+// kValueRows rows share each value load (a register budget: AccumulateValueRows
+// holds 2 or 4 accumulators per row).
+template <int64_t kRows, int64_t kValueRows, typename T>
+POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
+                               const AttentionSequence& seq,
+                               const AttentionTile& tile, int64_t r0,
+                               int64_t c0, int64_t n, bool unmasked,
+                               const float* qs, const float* kt,
+                               const float* vs, float* s, TileState state) {
+  static_assert(kRows <= kLanes && kRows % kValueRows == 0);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t d_size = a.head_size;
+  if (!unmasked) {
+    // Visible ranges only move right from row to row, so when the first
+    // row's range starts past the piece or the last row's ends before it,
+    // no row of the group sees a key here (causal tiles above the diagonal).
+    const KeyRange first =
+        VisibleKeys(tile.token_begin + r0 / tile.heads, seq.q_len, seq.kv_len,
+                    a.causal, a.window_left, a.window_right);
+    const KeyRange last =
+        VisibleKeys(tile.token_begin + (r0 + kRows - 1) / tile.heads, seq.q_len,
+                    seq.kv_len, a.causal, a.window_left, a.window_right);
+    if (first.lo >= c0 + n || last.hi < c0) return;
+  }
+  ScoreRows<kRows>(qs + r0 * d_size, d_size, kt, a.scale, s);
+  // The row's visible keys in this piece, [c0 + begin, c0 + end): the
+  // others are left out of the value sum, not weighted by 0, so a NaN or
+  // inf in a masked value (0 * inf = NaN) never reaches the row.
+  int64_t begin[kRows], end[kRows];
+  // Whether every row sees the whole piece, so the rows can share value
+  // loads (on the diagonal of a causal tile most row groups still do).
+  bool full = true;
+  for (int64_t k = 0; k < kRows; ++k) {
+    begin[k] = 0, end[k] = n;
+    if (unmasked) continue;
+    const int64_t r = r0 + k;
+    const KeyRange range =
+        VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len, seq.kv_len,
+                    a.causal, a.window_left, a.window_right);
+    begin[k] = std::clamp<int64_t>(range.lo - c0, 0, n);
+    end[k] = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
+    full = full && begin[k] == 0 && end[k] == n;
+    if (begin[k] == 0 && end[k] == kKeyTile) continue;
+    float* sr = s + k * kKeyTile;
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      if (c < begin[k] || c >= end[k]) sr[c] = kNegInf;
+    }
+  }
+  // The running maxes first, so one vector exp gives every row's
+  // correction factor exp(old max - new max).
+  float shift[kRows];
+  Float16v old_minus_shift{};
+  for (int64_t k = 0; k < kRows; ++k) {
+    const float* sr = s + k * kKeyTile;
+    Float16v wide_max = LoadV(sr);
+    for (int64_t v = 1; v < kKeyVecs; ++v) {
+      const Float16v x = LoadV(sr + v * kLanes);
+      wide_max = wide_max > x ? wide_max : x;
+    }
+    const float piece_max = MaxOfLanes(wide_max);
+    float& row_max = state.row_max[r0 + k];
+    const float new_max = std::max(row_max, piece_max);
+    // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
+    // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
+    shift[k] = new_max == kNegInf ? 0.0f : new_max;
+    old_minus_shift[k] = row_max - shift[k];
+    if (begin[k] < end[k]) row_max = new_max;
+  }
+  const Float16v correction_vector = ExpNonPositive(old_minus_shift);
+  float correction[kRows];
+  for (int64_t k = 0; k < kRows; ++k) {
+    correction[k] = correction_vector[k];
+    if (begin[k] >= end[k]) continue;
+    float* sr = s + k * kKeyTile;
+    Float16v piece_sum{};
+    for (int64_t v = 0; v < kKeyVecs; ++v) {
+      const Float16v e = ExpNonPositive(LoadV(sr + v * kLanes) - shift[k]);
+      StoreV(sr + v * kLanes, e);
+      piece_sum = v == 0 ? e : piece_sum + e;
+    }
+    Float16v& sum = state.row_sum[r0 + k];
+    sum = sum * correction[k] + piece_sum;
+  }
+  float* acc = state.acc + r0 * d_size;
+  if (full) {
+    for (int64_t k = 0; k < kRows; k += kValueRows) {
+      AccumulateValueRows<kValueRows>(acc + k * d_size, d_size, correction + k,
+                                      s + k * kKeyTile, vs, n);
+    }
+    return;
+  }
+  for (int64_t k = 0; k < kRows; ++k) {
+    if (begin[k] >= end[k]) continue;
+    AccumulateValues(acc + k * d_size, d_size, correction[k],
+                     s + k * kKeyTile + begin[k], vs + begin[k] * d_size,
+                     end[k] - begin[k]);
+  }
+}
+
 // FlashAttention-style tile: stage the tile's queries as float, stream the
 // visible keys/values in kKeyTile pieces (K staged transposed, so a score
-// row is a plain vector loop over keys, V as float rows), and keep a running
-// max, sum and float32 accumulator per query row. Every sum runs in a fixed
-// order independent of the vector width, and the build never contracts
+// row is a plain vector loop over keys, V as float rows, each converted
+// once per tile), and keep a running max, sum and float32 accumulator per
+// query row. Rows go through AttendRows kRows at a time (then 4, 2, 1 for
+// the rest). Every sum runs in a fixed order independent of the vector
+// width and of kRows / kValueRows, and the build never contracts
 // multiply-adds, so all ISA variants give the same bits.
-template <typename T>
+template <int64_t kRows, int64_t kValueRows, typename T>
 POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                                const AttentionSequence& seq,
                                const AttentionTile& tile) {
@@ -314,9 +610,10 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   alignas(64) float acc[kTileFloats];
   alignas(64) float kt[kMaxTileHead * kKeyTile];
   alignas(64) float vs[kKeyTile * kMaxTileHead];
-  alignas(64) float s[kScoreRows * kKeyTile];
+  alignas(64) float s[kRows * kKeyTile];
+  alignas(64) Float16v row_sum[kMaxTileRows];
   float row_max[kMaxTileRows];
-  float row_sum[kMaxTileRows];
+  const TileState state{row_max, row_sum, acc};
 
   for (int64_t t = 0; t < tile.tokens; ++t) {
     const int64_t token = seq.q_start + tile.token_begin + t;
@@ -326,7 +623,7 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                     (tile.head_begin + h) * a.q_stride_head,
                 1, qs + r * d_size, d_size);
       row_max[r] = kNegInf;
-      row_sum[r] = 0.0f;
+      row_sum[r] = Float16v{};
     }
   }
   std::fill(acc, acc + rows * d_size, 0.0f);
@@ -341,18 +638,14 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   // of the tile, so those kv tiles are never loaded.
   for (int64_t c0 = first_range.lo; c0 <= last_range.hi; c0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, last_range.hi - c0 + 1);
+    const float* k_rows[kKeyTile];
     for (int64_t c = 0; c < n; ++c) {
       const T* k_row =
           KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
                 a.block_size, c0 + c, kv_head);
-      const float* k_float = StageIn(k_row, vs + c * d_size, d_size);
-      for (int64_t d = 0; d < d_size; ++d) kt[d * kKeyTile + c] = k_float[d];
+      k_rows[c] = StageIn(k_row, vs + c * d_size, d_size);
     }
-    if (n < kKeyTile) {
-      for (int64_t d = 0; d < d_size; ++d) {
-        for (int64_t c = n; c < kKeyTile; ++c) kt[d * kKeyTile + c] = 0.0f;
-      }
-    }
+    TransposeKeys(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
       const T* v_row =
           KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head,
@@ -362,47 +655,40 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     // Rows whose visible range covers the whole piece need no mask.
     const bool unmasked =
         n == kKeyTile && c0 >= last_range.lo && c0 + n - 1 <= first_range.hi;
-    for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows) {
-      const int64_t count = std::min(kScoreRows, rows - r0);
-      ScoreRows(qs + r0 * d_size, d_size, kt, count, a.scale, s);
-      for (int64_t r = r0; r < r0 + count; ++r) {
-        float* sr = s + (r - r0) * kKeyTile;
-        // The row's visible keys in this piece, [c0 + begin, c0 + end): the
-        // others are left out of the value sum, not weighted by 0, so a NaN
-        // or inf in a masked value (0 * inf = NaN) never reaches the row.
-        int64_t begin = 0, end = n;
-        if (!unmasked) {
-          const KeyRange range =
-              VisibleKeys(tile.token_begin + r / tile.heads, seq.q_len,
-                          seq.kv_len, a.causal, a.window_left, a.window_right);
-          begin = std::clamp<int64_t>(range.lo - c0, 0, n);
-          end = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
-          if (begin >= end) continue;
-          for (int64_t c = 0; c < kKeyTile; ++c) {
-            if (c < begin || c >= end) sr[c] = kNegInf;
-          }
-        }
-        const Float16v lo = LoadV(sr), hi = LoadV(sr + kLanes);
-        // NaN scores drop out of the max but not out of the exps below.
-        const Float16v wide_max = lo > hi ? lo : hi;
-        float piece_max = kNegInf;
-        for (int64_t c = 0; c < kLanes; ++c) {
-          piece_max = std::max(piece_max, wide_max[c]);
-        }
-        const float new_max = std::max(row_max[r], piece_max);
-        // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
-        // row ends as 0 (SDPA's rule), yet 0 * an inf or NaN value is NaN.
-        const float shift = new_max == kNegInf ? 0.0f : new_max;
-        const float correction = ExpNonPositive(row_max[r] - shift);
-        StoreV(sr, ExpNonPositive(lo - shift));
-        StoreV(sr + kLanes, ExpNonPositive(hi - shift));
-        float piece_sum = 0.0f;
-        for (int64_t c = 0; c < kKeyTile; ++c) piece_sum += sr[c];
-        row_sum[r] = row_sum[r] * correction + piece_sum;
-        row_max[r] = new_max;
-        AccumulateValues(acc + r * d_size, d_size, correction, sr + begin,
-                         vs + begin * d_size, end - begin);
+    // The next piece's key/value rows are scattered (a token stride or a
+    // block apart), which the hardware prefetchers do not follow: fetch
+    // them while this piece computes, a few rows per row group.
+    const int64_t next = c0 + kKeyTile;
+    const int64_t next_end = std::min(next + kKeyTile, last_range.hi + 1);
+    const int64_t groups = std::max<int64_t>(1, rows / kRows);
+    const int64_t step =
+        std::max<int64_t>(1, (next_end - next + groups - 1) / groups);
+    int64_t prefetched = next;
+    int64_t r0 = 0;
+    for (; r0 + kRows <= rows; r0 += kRows) {
+      AttendRows<kRows, kValueRows>(a, seq, tile, r0, c0, n, unmasked, qs, kt,
+                                    vs, s, state);
+      const int64_t until = std::min(prefetched + step, next_end);
+      PrefetchKvRows(a, seq, kv_head, prefetched, until);
+      prefetched = until;
+    }
+    PrefetchKvRows(a, seq, kv_head, prefetched, next_end);
+    if constexpr (kRows > 4) {
+      if (r0 + 4 <= rows) {
+        AttendRows<4, std::min<int64_t>(4, kValueRows)>(
+            a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
+        r0 += 4;
       }
+    }
+    if constexpr (kRows > 2) {
+      if (r0 + 2 <= rows) {
+        AttendRows<2, std::min<int64_t>(2, kValueRows)>(
+            a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
+        r0 += 2;
+      }
+    }
+    if (r0 < rows) {
+      AttendRows<1, 1>(a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
     }
   }
 
@@ -413,7 +699,8 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       float* o = acc + r * d_size;
       // Sum 0: no key visible, or all visible scores -inf; the row is 0
       // (NaN where 0 * inf reached the accumulator). A NaN sum stays NaN.
-      const float inverse = row_sum[r] == 0.0f ? 0.0f : 1.0f / row_sum[r];
+      const float sum = SumOfLanes(row_sum[r]);
+      const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
       for (int64_t d = 0; d < d_size; ++d) o[d] *= inverse;
       StoreBlock(o,
                  a.out + token * a.o_stride_token +
@@ -423,20 +710,50 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   }
 }
 
-template <typename T>
+// Rows per AttendRows group and per value block for each ISA variant: as
+// many as the registers hold (AVX-512: 4 rows x 64 keys or 64 dims = 16 of
+// its 32 zmm, a broadcast per 4 multiplies; AVX2 and SSE2 have 16 ymm or
+// xmm registers, and a Float16v takes 2 or 4 of them).
+// They change only which rows share a load, never an element's arithmetic,
+// so the variants still agree bit for bit.
+template <int64_t kRows, int64_t kValueRows, typename T>
 POLYOPS_INLINE void AttendTiles(const AttentionArgs<T>& a,
                                 const AttentionSequence* sequences,
                                 const AttentionTile* tiles, int64_t count) {
   for (int64_t k = 0; k < count; ++k) {
-    AttendTile(a, sequences[tiles[k].sequence], tiles[k]);
+    AttendTile<kRows, kValueRows>(a, sequences[tiles[k].sequence], tiles[k]);
   }
 }
 
-POLYOPS_ROW_KERNEL_VARIANTS(AttendTiles,
-                            (const AttentionArgs<T>& a,
-                             const AttentionSequence* sequences,
-                             const AttentionTile* tiles, int64_t count),
-                            (a, sequences, tiles, count))
+template <typename T>
+void AttendTilesBase(const AttentionArgs<T>& a,
+                     const AttentionSequence* sequences,
+                     const AttentionTile* tiles, int64_t count) {
+  AttendTiles<1, 1>(a, sequences, tiles, count);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX2 void AttendTilesAvx2(const AttentionArgs<T>& a,
+                                         const AttentionSequence* sequences,
+                                         const AttentionTile* tiles,
+                                         int64_t count) {
+  AttendTiles<2, 2>(a, sequences, tiles, count);
+}
+
+template <typename T>
+POLYOPS_TARGET_AVX512 void AttendTilesAvx512(const AttentionArgs<T>& a,
+                                             const AttentionSequence* sequences,
+                                             const AttentionTile* tiles,
+                                             int64_t count) {
+  AttendTiles<4, 4>(a, sequences, tiles, count);
+}
+
+template <typename T>
+auto AttendTilesForCpu() {
+  return HasAvx512() ? &AttendTilesAvx512<T>
+         : HasAvx2() ? &AttendTilesAvx2<T>
+                     : &AttendTilesBase<T>;
+}
 
 // Splits each (sequence, kv head) into tiles of at most MaxTileRows rows:
 // all query heads of the kv head together where they fit, so every staged
@@ -457,9 +774,27 @@ inline void AppendTiles(const AttentionSequence& seq, int64_t sequence,
   }
 }
 
+// Multiply-adds of a tile, about: its rows times the keys from the first
+// row's first visible key to the last row's last one.
+template <typename T>
+int64_t TileCost(const AttentionArgs<T>& a, const AttentionSequence& seq,
+                 const AttentionTile& tile) {
+  const KeyRange first = VisibleKeys(tile.token_begin, seq.q_len, seq.kv_len,
+                                     a.causal, a.window_left, a.window_right);
+  const KeyRange last =
+      VisibleKeys(tile.token_begin + tile.tokens - 1, seq.q_len, seq.kv_len,
+                  a.causal, a.window_left, a.window_right);
+  return tile.tokens * tile.heads *
+         std::max<int64_t>(1, last.hi - first.lo + 1);
+}
+
 // Runs the tiles, over OpenMP threads when `parallel`. Tiles differ widely
 // in cost (causal rows, varlen sequences), so threads take them
-// dynamically; the serial path never enters the OpenMP runtime.
+// dynamically: (sequence, kv head) by (sequence, kv head) as AppendTiles
+// made them, so tiles taken one after another read the same keys and
+// values while they are still cached, and within each the costliest first,
+// so the schedule ends with short tiles and no thread waits long for
+// another. The serial path never enters the OpenMP runtime.
 template <typename T>
 void RunTiles(const AttentionArgs<T>& a,
               const std::vector<AttentionSequence>& sequences,
@@ -467,9 +802,23 @@ void RunTiles(const AttentionArgs<T>& a,
   const auto kernel = AttendTilesForCpu<T>();
   const int64_t count = static_cast<int64_t>(tiles.size());
   if (parallel && count > 1) {
+    struct Order {
+      int64_t sequence, kv_head, minus_cost, tile;
+      bool operator<(const Order& o) const {
+        return std::tie(sequence, kv_head, minus_cost, tile) <
+               std::tie(o.sequence, o.kv_head, o.minus_cost, o.tile);
+      }
+    };
+    std::vector<Order> order(count);
+    for (int64_t k = 0; k < count; ++k) {
+      const AttentionTile& tile = tiles[k];
+      order[k] = {tile.sequence, tile.head_begin / a.group,
+                  -TileCost(a, sequences[tile.sequence], tile), k};
+    }
+    std::sort(order.begin(), order.end());
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < count; ++k) {
-      kernel(a, sequences.data(), tiles.data() + k, 1);
+      kernel(a, sequences.data(), tiles.data() + order[k].tile, 1);
     }
   } else {
     kernel(a, sequences.data(), tiles.data(), count);

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
 #include "python/binding_support.h"
 #include "python/torch_library.h"
@@ -169,6 +170,13 @@ PYBIND11_MODULE(_C, module) {
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
   module.def("_cpu_gemm_path", [] { return std::string(cpu::LastGemmPath()); });
+  // The ISA variant the CPU row and attention kernels run on (the CPU's
+  // flags capped by POLYOPS_CPU_ISA): "avx512", "avx2" or "baseline".
+  module.def("_cpu_isa", [] {
+    return std::string(cpu::HasAvx512() ? "avx512"
+                       : cpu::HasAvx2() ? "avx2"
+                                        : "baseline");
+  });
 
   py::list built;
   built.append("cpu");
