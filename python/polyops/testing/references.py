@@ -574,6 +574,19 @@ def _per_row(value, rows: int) -> list:
     return value.tolist() if isinstance(value, Tensor) else [value] * rows
 
 
+def _sampling_rows(
+    logits: Tensor, top_k, top_p, uniform: Tensor | None, seed: int | None
+) -> tuple[list, list, list]:
+    """Per row: k, p and u (from `uniform`, else splitmix64 of `seed`)."""
+    rows = logits.shape[0]
+    us = (
+        uniform.tolist()
+        if uniform is not None
+        else [splitmix_uniform(seed, b) for b in range(rows)]
+    )
+    return _per_row(top_k, rows), _per_row(top_p, rows), us
+
+
 def topk_topp_sampling_reference(
     logits: Tensor,
     top_k: int | Tensor,
@@ -582,16 +595,10 @@ def topk_topp_sampling_reference(
     seed: int | None = None,
 ) -> Tensor:
     """int64 [B]: the token of each row, u from `uniform` or from `seed` (splitmix64)."""
-    rows = logits.shape[0]
-    ks, ps = _per_row(top_k, rows), _per_row(top_p, rows)
-    us = (
-        uniform.tolist()
-        if uniform is not None
-        else [splitmix_uniform(seed, b) for b in range(rows)]
-    )
+    ks, ps, us = _sampling_rows(logits, top_k, top_p, uniform, seed)
     tokens = [
         sampling_reference_row(logits[b].cpu().float(), int(ks[b]), ps[b], us[b])
-        for b in range(rows)
+        for b in range(logits.shape[0])
     ]
     return torch.tensor(tokens, dtype=I64)
 
@@ -656,17 +663,11 @@ def topk_topp_sampling_implausible_rows(
     judged as the clamped value the npu slot uses (u < 0 as 0, u >= 1 as the
     largest float32 below 1).
     """
-    rows = logits.shape[0]
-    ks, ps = _per_row(top_k, rows), _per_row(top_p, rows)
-    us = (
-        uniform.tolist()
-        if uniform is not None
-        else [splitmix_uniform(seed, b) for b in range(rows)]
-    )
+    ks, ps, us = _sampling_rows(logits, top_k, top_p, uniform, seed)
     tokens = tokens.cpu().tolist()
     return [
         b
-        for b in range(rows)
+        for b in range(logits.shape[0])
         if not sampling_token_plausible(
             logits[b].cpu().float(), int(ks[b]), ps[b], min(max(us[b], 0.0), ONE_MINUS), tokens[b]
         )
