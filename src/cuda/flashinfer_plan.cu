@@ -300,6 +300,15 @@ void Execute(const Handle& handle, const Plan& plan, LaunchArgs args,
   }
 }
 
+int MultiprocessorCount(const char* op) {
+  int device = 0;
+  int count = 0;
+  Check(cudaGetDevice(&device), op, "cudaGetDevice");
+  Check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+        op, "cudaDeviceGetAttribute");
+  return count;
+}
+
 }  // namespace polyops::cuda::flashinfer
 
 #endif  // POLYOPS_WITH_FLASHINFER

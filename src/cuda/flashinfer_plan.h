@@ -157,6 +157,9 @@ struct Plan {
 // device's multiprocessor count.
 Plan MakePlan(const PlanInput& input, int num_sms);
 
+// The current device's multiprocessor count (MakePlan's num_sms).
+int MultiprocessorCount(const char* op);
+
 // The device block table of a paged call.
 struct PagedTable {
   const int32_t* table = nullptr;  // device [batch, max_blocks]

@@ -143,13 +143,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     input.page_size = paged_ ? static_cast<int>(block_size_) : 0;
     input.window_left = window_left_i32_;
     input.causal = causal_mask_;
-    int device = 0;
-    int num_sms = 0;
-    cuda::Check(cudaGetDevice(&device), kName, "cudaGetDevice");
-    cuda::Check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount,
-                                       device),
-                kName, "cudaDeviceGetAttribute");
-    const fi::Plan plan = fi::MakePlan(input, num_sms);
+    const fi::Plan plan = fi::MakePlan(input, fi::MultiprocessorCount(kName));
 
     fi::LaunchArgs args;
     args.q = query.data();

@@ -106,13 +106,7 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     input.num_kv_heads = static_cast<int>(num_kv_heads_);
     input.head_dim = static_cast<int>(head_size_);
     input.page_size = static_cast<int>(block_size_);
-    int device = 0;
-    int num_sms = 0;
-    cuda::Check(cudaGetDevice(&device), kName, "cudaGetDevice");
-    cuda::Check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount,
-                                       device),
-                kName, "cudaDeviceGetAttribute");
-    const fi::Plan plan = fi::MakePlan(input, num_sms);
+    const fi::Plan plan = fi::MakePlan(input, fi::MultiprocessorCount(kName));
 
     fi::LaunchArgs args;
     args.q = query.data();
