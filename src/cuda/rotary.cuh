@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "base/rotary_layout.h"
+#include "core/dispatch.h"
+#include "core/tensor.h"
 #include "cuda/common.cuh"
 
 namespace polyops::cuda {
@@ -120,6 +123,38 @@ void LaunchRotary(const RotaryGeometry& g, const N* query, N* query_out,
   RotaryKernel<N, C><<<blocks, threads, 0, stream>>>(g, query, query_out, key,
                                                      key_out, table);
   CheckLaunch(op);
+}
+
+// Both rotary slots' call: dispatches the tensors' dtype and the table's
+// (float32, or the tensors' own), lets `fill` point a RotaryTable<C> at the
+// op's cos/sin source, and rotates query and key into their outputs (in
+// place where an output is absent) on the handle's stream.
+template <typename Fill>
+void RotateQueryKey(const Handle& handle, const RotaryGeometry& g,
+                    DataType dtype, DataType table_dtype, const Tensor& query,
+                    const std::optional<Tensor>& key,
+                    const std::optional<Tensor>& query_out,
+                    const std::optional<Tensor>& key_out, const char* op,
+                    Fill&& fill) {
+  DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype, op, [&](auto tag) {
+    using N = NativeT<typename decltype(tag)::type>;
+    auto rotate = [&](auto table_tag) {
+      using C = NativeT<typename decltype(table_tag)::type>;
+      RotaryTable<C> table;
+      fill(table);
+      LaunchRotary<N, C>(
+          g, static_cast<const N*>(query.data()),
+          static_cast<N*>((query_out ? *query_out : query).data()),
+          key ? static_cast<const N*>(key->data()) : nullptr,
+          key ? static_cast<N*>((key_out ? *key_out : *key).data()) : nullptr,
+          table, StreamOf(handle), op);
+    };
+    if (table_dtype == DataType::kFloat32) {
+      rotate(TypeTag<float>{});
+    } else {
+      rotate(tag);
+    }
+  });
 }
 
 }  // namespace polyops::cuda

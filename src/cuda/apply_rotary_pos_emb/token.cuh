@@ -2,7 +2,6 @@
 #define POLYOPS_CUDA_APPLY_ROTARY_POS_EMB_TOKEN_CUH_
 
 #include "base/apply_rotary_pos_emb.h"
-#include "core/dispatch.h"
 #include "core/operator.h"
 #include "cuda/common.cuh"
 #include "cuda/rotary.cuh"
@@ -32,30 +31,14 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kCuda, 0>
                   const Tensor& sin, bool,
                   const std::optional<Tensor>& query_out,
                   const std::optional<Tensor>& key_out) const override {
-    DispatchDataType<POLYOPS_FLOAT_TYPES>(
-        dtype_, "polyops.apply_rotary_pos_emb", [&](auto tag) {
-          using N = cuda::NativeT<typename decltype(tag)::type>;
-          auto rotate = [&](auto table_tag) {
-            using C = cuda::NativeT<typename decltype(table_tag)::type>;
-            cuda::RotaryTable<C> table;
-            table.cos = static_cast<const C*>(cos.data());
-            table.sin = static_cast<const C*>(sin.data());
-            table.cos_stride = cos_stride_;
-            table.sin_stride = sin_stride_;
-            table.rows = geometry_.tokens;  // row t of each: always valid
-            cuda::LaunchRotary<N, C>(
-                geometry_, static_cast<const N*>(query.data()),
-                static_cast<N*>((query_out ? *query_out : query).data()),
-                key ? static_cast<const N*>(key->data()) : nullptr,
-                key ? static_cast<N*>((key_out ? *key_out : *key).data())
-                    : nullptr,
-                table, cuda::StreamOf(handle), kName);
-          };
-          if (table_dtype_ == DataType::kFloat32) {
-            rotate(TypeTag<float>{});
-          } else {
-            rotate(tag);
-          }
+    cuda::RotateQueryKey(
+        handle, geometry_, dtype_, table_dtype_, query, key, query_out, key_out,
+        kName, [&](auto& table) {
+          table.cos = static_cast<decltype(table.cos)>(cos.data());
+          table.sin = static_cast<decltype(table.sin)>(sin.data());
+          table.cos_stride = cos_stride_;
+          table.sin_stride = sin_stride_;
+          table.rows = geometry_.tokens;  // row t of each: always valid
         });
   }
 };

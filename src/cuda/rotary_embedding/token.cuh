@@ -2,7 +2,6 @@
 #define POLYOPS_CUDA_ROTARY_EMBEDDING_TOKEN_CUH_
 
 #include "base/rotary_embedding.h"
-#include "core/dispatch.h"
 #include "core/operator.h"
 #include "cuda/common.cuh"
 #include "cuda/rotary.cuh"
@@ -38,33 +37,17 @@ class Operator<RotaryEmbedding, Device::Type::kCuda, 0>
                   std::optional<int64_t>,
                   const std::optional<Tensor>& query_out,
                   const std::optional<Tensor>& key_out) const override {
-    DispatchDataType<POLYOPS_FLOAT_TYPES>(
-        dtype_, "polyops.rotary_embedding", [&](auto tag) {
-          using N = cuda::NativeT<typename decltype(tag)::type>;
-          auto rotate = [&](auto table_tag) {
-            using C = cuda::NativeT<typename decltype(table_tag)::type>;
-            cuda::RotaryTable<C> table;
-            table.cos = static_cast<const C*>(cos_sin_cache.data());
-            table.sin = table.cos + geometry_.rotary_dim / 2;
-            table.cos_stride = cache_stride_;
-            table.sin_stride = cache_stride_;
-            table.positions = positions.data();
-            table.positions_int32 = position_dtype_ == DataType::kInt32;
-            table.position_stride = position_stride_;
-            table.rows = max_position_;
-            cuda::LaunchRotary<N, C>(
-                geometry_, static_cast<const N*>(query.data()),
-                static_cast<N*>((query_out ? *query_out : query).data()),
-                key ? static_cast<const N*>(key->data()) : nullptr,
-                key ? static_cast<N*>((key_out ? *key_out : *key).data())
-                    : nullptr,
-                table, cuda::StreamOf(handle), kName);
-          };
-          if (table_dtype_ == DataType::kFloat32) {
-            rotate(TypeTag<float>{});
-          } else {
-            rotate(tag);
-          }
+    cuda::RotateQueryKey(
+        handle, geometry_, dtype_, table_dtype_, query, key, query_out, key_out,
+        kName, [&](auto& table) {
+          table.cos = static_cast<decltype(table.cos)>(cos_sin_cache.data());
+          table.sin = table.cos + geometry_.rotary_dim / 2;
+          table.cos_stride = cache_stride_;
+          table.sin_stride = cache_stride_;
+          table.positions = positions.data();
+          table.positions_int32 = position_dtype_ == DataType::kInt32;
+          table.position_stride = position_stride_;
+          table.rows = max_position_;
         });
   }
 };
