@@ -95,6 +95,13 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     sm = (torch.randn(16, 512, 1100, generator=h) * 4).to(dtype)
     sm[0, 3, 1], sm[1, 600 % 512, 2] = nan, inf
     out[f"causal_softmax_big_{dtype}"] = polyops.causal_softmax(sm)
+    # Scores far apart: exps below float32's range (2^y for y < -151 and
+    # -inf), long rows (the blocked three-pass path past 16384 keys).
+    wide = torch.randn(2, 30, 47, generator=h) * 400
+    wide[1, 29, :3] = 6e4
+    out[f"causal_softmax_wide_{dtype}"] = polyops.causal_softmax(wide.to(dtype))
+    long = (torch.randn(2, 3, 16500, generator=h) * 8).to(dtype)
+    out[f"causal_softmax_long_{dtype}"] = polyops.causal_softmax(long)
     ma, mb = big[:, :4099], res[:, 1:]
     ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
     out[f"mul_{dtype}"] = polyops.mul(ma, mb)
@@ -174,6 +181,8 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "rms_norm_big_specials",
             "add_rms_norm_big_specials",
             "causal_softmax_big",
+            "causal_softmax_wide",
+            "causal_softmax_long",
             "mul",
         ):
             key = f"{op}_{dtype}"

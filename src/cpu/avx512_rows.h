@@ -308,31 +308,39 @@ POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
   ScaleRow512<kNativeBf16>(stage, w, scale, y, hidden, stream);
 }
 
-// Row [0, visible) of x as float into `stage`; returns RowMax's result:
-// 16 lane maxima started at x[0], the tail folded into x[0] in element
-// order, then the lanes in lane order, each step std::max(a, b), which keeps
-// a when either is NaN; vmaxps(b, a) does the same.
-template <typename T>
+// The maximum of x[0, visible) as float, with the row staged into `stage`
+// when kStage. Maxima of non-NaN values do not depend on the order, and
+// vmaxps(v, lanes), like RowMax's std::max(lanes, v), keeps lanes when
+// either is NaN, all lanes starting at x[0]: so the result is RowMax's (NaN
+// only when x[0] is) while two chains, a masked tail and a tree fold keep
+// it off the max latency.
+template <typename T, bool kStage = true>
 POLYOPS_AVX512_INLINE float StageAndMax512(const T* x, float* stage,
                                            int64_t visible) {
-  const float first = Load(x);
-  __m512 lanes = _mm512_set1_ps(first);
+  __m512 lanes[2];
+  lanes[0] = lanes[1] = _mm512_set1_ps(Load(x));
   int64_t i = 0;
-  for (; i + 16 <= visible; i += 16) {
-    const __m512 v = Load16(x + i);
-    _mm512_storeu_ps(stage + i, v);
-    lanes = _mm512_max_ps(v, lanes);
+  for (; i + 32 <= visible; i += 32) {
+    for (int c = 0; c < 2; ++c) {
+      const __m512 v = Load16(x + i + 16 * c);
+      if constexpr (kStage) _mm512_storeu_ps(stage + i + 16 * c, v);
+      lanes[c] = _mm512_max_ps(v, lanes[c]);
+    }
   }
-  float result = first;
-  for (; i < visible; ++i) {
-    stage[i] = Load(x + i);
-    result = std::max(result, stage[i]);
+  for (; i < visible; i += 16) {
+    const __mmask16 mask =
+        visible - i >= 16 ? __mmask16{0xffff} : TailMask(visible - i);
+    const __m512 v = Load16(x + i, mask);
+    if constexpr (kStage) _mm512_mask_storeu_ps(stage + i, mask, v);
+    lanes[0] = _mm512_mask_max_ps(lanes[0], mask, v, lanes[0]);
   }
-  alignas(64) float partial[16];
-  _mm512_store_ps(partial, lanes);
-  for (int lane = 0; lane < 16; ++lane)
-    result = std::max(result, partial[lane]);
-  return result;
+  const __m512 both = _mm512_max_ps(lanes[1], lanes[0]);
+  const __m256 eight = _mm256_max_ps(_mm512_extractf32x8_ps(both, 1),
+                                     _mm512_castps512_ps256(both));
+  const __m128 four = _mm_max_ps(_mm256_extractf128_ps(eight, 1),
+                                 _mm256_castps256_ps128(eight));
+  const __m128 two = _mm_max_ps(_mm_movehl_ps(four, four), four);
+  return _mm_cvtss_f32(_mm_max_ss(_mm_movehdup_ps(two), two));
 }
 
 // stage[at, at + 16) * s where below `visible`, +0 elsewhere (even when s
@@ -346,29 +354,49 @@ POLYOPS_AVX512_INLINE __m512 ScaledVisible(const float* stage, int64_t at,
   return _mm512_maskz_mul_ps(mask, _mm512_maskz_loadu_ps(mask, stage + at), s);
 }
 
-// y[0, k) = stage[0, visible) * inverse, then zeros: one pass of whole
-// chunks, so a streamed row is written in full 64-byte lines.
+// y[0, k) = stage[0, visible) * s, then zeros: one pass of whole chunks, so
+// a streamed row is written in full 64-byte lines. kStream as a template
+// argument keeps the branch on it out of the chunk loops.
+template <bool kNativeBf16, bool kStream, typename T>
+POLYOPS_AVX512_INLINE void ScaleAndZeroChunks512(const float* stage, __m512 s,
+                                                 T* y, int64_t k,
+                                                 int64_t visible) {
+  int64_t i = 0;
+  // Wholly visible chunks need no masks (visible <= k).
+  for (; i + 32 <= visible; i += 32) {
+    Store32(y + i,
+            Round32<T, kNativeBf16>(
+                _mm512_mul_ps(_mm512_loadu_ps(stage + i), s),
+                _mm512_mul_ps(_mm512_loadu_ps(stage + i + 16), s)),
+            kStream);
+  }
+  if (i + 32 <= k && i < visible) {
+    Store32(y + i,
+            Round32<T, kNativeBf16>(ScaledVisible(stage, i, visible, s),
+                                    ScaledVisible(stage, i + 16, visible, s)),
+            kStream);
+    i += 32;
+  }
+  // Wholly masked chunks: +0 in every dtype, nothing to load or round.
+  const Chunk32 zeros = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (; i + 32 <= k; i += 32) Store32(y + i, zeros, kStream);
+  for (; i < k; i += 16) {
+    const __mmask16 mask = k - i >= 16 ? __mmask16{0xffff} : TailMask(k - i);
+    Store16(y + i, ScaledVisible(stage, i, visible, s), mask);
+  }
+  if (kStream) _mm_sfence();
+}
+
 template <bool kNativeBf16, typename T>
 POLYOPS_AVX512_INLINE void ScaleAndZeroRow512(const float* stage, float inverse,
                                               T* y, int64_t k, int64_t visible,
                                               bool stream) {
   const __m512 s = _mm512_set1_ps(inverse);
-  stream = StreamRow(y, stream);
-  int64_t i = 0;
-  for (; i + 32 <= k && i < visible; i += 32) {
-    Store32(y + i,
-            Round32<T, kNativeBf16>(ScaledVisible(stage, i, visible, s),
-                                    ScaledVisible(stage, i + 16, visible, s)),
-            stream);
+  if (StreamRow(y, stream)) {
+    ScaleAndZeroChunks512<kNativeBf16, true>(stage, s, y, k, visible);
+  } else {
+    ScaleAndZeroChunks512<kNativeBf16, false>(stage, s, y, k, visible);
   }
-  // Wholly masked chunks: +0 in every dtype, nothing to load or round.
-  const Chunk32 zeros = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-  for (; i + 32 <= k; i += 32) Store32(y + i, zeros, stream);
-  for (; i < k; i += 16) {
-    const __mmask16 mask = k - i >= 16 ? __mmask16{0xffff} : TailMask(k - i);
-    Store16(y + i, ScaledVisible(stage, i, visible, s), mask);
-  }
-  if (stream) _mm_sfence();
 }
 
 #undef POLYOPS_AVX512_INLINE

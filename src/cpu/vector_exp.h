@@ -110,6 +110,51 @@ POLYOPS_INLINE float SoftmaxExp(float t) {
   return nan ? t : result;
 }
 
+// causal_softmax's exp for float16 and bfloat16 rows: exp(t) = 2^y with
+// y = t log2 e rounded once, so no Cody-Waite reduction is needed: n =
+// rint(y), f = y - n (exact, |f| <= 1/2), 2^f by a degree-5 polynomial
+// fitted here for relative error (1.7e-7), then 2^f * 2^n rounded once.
+// The rounding of y adds a relative error of at most |t| * 6e-8 (6e-7 at
+// t = -10), far below the output's half ulp (2.4e-4 in float16, 2e-3 in
+// bfloat16), and it takes 6 multiplies or FMAs per exp against SoftmaxExp's
+// 8, the AVX-512 loop's bottleneck (docs/cpu_softmax.md). y is clamped at
+// -151, where 2^y rounds to 0, so a -inf score weighs exactly 0. Scalar form
+// of SoftmaxExp2Of512 (cpu/causal_softmax/omp.h), to the bit.
+inline constexpr float kSoftmaxExp2Low = -151.0f;
+// 2^f ~ 1 + f (c1 + f (c2 + f (c3 + f (c4 + f c5)))) on |f| <= 1/2.
+inline constexpr float kSoftmaxExp2C1 = 0.693147f;
+inline constexpr float kSoftmaxExp2C2 = 0.24022242f;
+inline constexpr float kSoftmaxExp2C3 = 0.055507336f;
+inline constexpr float kSoftmaxExp2C4 = 0.009671513f;
+inline constexpr float kSoftmaxExp2C5 = 0.0013264727f;
+
+POLYOPS_INLINE float SoftmaxExp2Of(float t) {
+  const float y = t * kSoftmaxExpLog2e;
+  const bool nan = y != y;
+  const float c = y < kSoftmaxExp2Low ? kSoftmaxExp2Low : y;
+  const float shifter = 12582912.0f;  // 1.5 * 2**23
+  const float shifted = c + shifter;
+  const float n = shifted - shifter;
+  const float f = c - n;
+  float p = kSoftmaxExp2C5;
+  p = std::fma(p, f, kSoftmaxExp2C4);
+  p = std::fma(p, f, kSoftmaxExp2C3);
+  p = std::fma(p, f, kSoftmaxExp2C2);
+  p = std::fma(p, f, kSoftmaxExp2C1);
+  const float r = std::fma(p, f, 1.0f);
+  uint32_t shifted_bits, shifter_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
+  std::memcpy(&shifter_bits, &shifter, sizeof(shifter_bits));
+  const uint64_t exponent = static_cast<uint64_t>(
+      static_cast<int64_t>(static_cast<int32_t>(shifted_bits - shifter_bits)) +
+      1023);
+  const uint64_t scale_bits = (exponent & 0x7ffu) << 52;
+  double scale;
+  std::memcpy(&scale, &scale_bits, sizeof(scale));
+  const float result = static_cast<float>(static_cast<double>(r) * scale);
+  return nan ? y : result;
+}
+
 }  // namespace polyops::cpu
 
 #endif  // POLYOPS_CPU_VECTOR_EXP_H_

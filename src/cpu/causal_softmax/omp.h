@@ -34,10 +34,21 @@ POLYOPS_INLINE float RowMax(const float* x, int64_t n) {
   return result;
 }
 
-// e[i] = exp(x[i] - max) (e may be x) by SoftmaxExp, returns their sum:
-// sixteen lane sums folded pairwise (lane + 8, + 4, + 2, + 1: a short
-// dependency chain, and the order of ExpShiftSum512's shuffles), added to
-// the tail's sum taken in element order.
+// The exp of a row of T: float32 rows keep SoftmaxExp's Cody-Waite
+// reduction, 16-bit rows take the cheaper SoftmaxExp2Of (cpu/vector_exp.h).
+template <typename T>
+inline constexpr bool kSoftmaxBase2 = !std::is_same_v<T, float>;
+
+template <bool kBase2>
+POLYOPS_INLINE float RowExp(float t) {
+  return kBase2 ? SoftmaxExp2Of(t) : SoftmaxExp(t);
+}
+
+// e[i] = exp(x[i] - max) (e may be x) by RowExp, returns their sum:
+// sixteen lane sums (the tail's elements added to the first lanes) folded
+// pairwise (lane + 8, + 4, + 2, + 1: a short dependency chain, and the order
+// of ExpShiftSum512's shuffles).
+template <bool kBase2>
 POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
                                  int64_t n) {
   constexpr int kLanes = 16;
@@ -45,21 +56,20 @@ POLYOPS_INLINE float ExpShiftSum(const float* x, float max, float* e,
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int lane = 0; lane < kLanes; ++lane) {
-      e[i + lane] = SoftmaxExp(x[i + lane] - max);
+      e[i + lane] = RowExp<kBase2>(x[i + lane] - max);
       partial[lane] += e[i + lane];
     }
   }
-  float sum = 0.0f;
-  for (; i < n; ++i) {
-    e[i] = SoftmaxExp(x[i] - max);
-    sum += e[i];
+  for (int lane = 0; i + lane < n; ++lane) {
+    e[i + lane] = RowExp<kBase2>(x[i + lane] - max);
+    partial[lane] += e[i + lane];
   }
   for (int width = kLanes / 2; width >= 1; width /= 2) {
     for (int lane = 0; lane < width; ++lane) {
       partial[lane] += partial[lane + width];
     }
   }
-  return sum + partial[0];
+  return partial[0];
 }
 
 // One row: softmax of x[0, visible), zeros in y[visible, k). `stage` holds
@@ -75,7 +85,8 @@ POLYOPS_INLINE void CausalSoftmaxRow(const T* x, T* y, int64_t k,
   if (visible <= kMaxStagedRow) {
     LoadBlock(x, 1, stage, visible);
     const float max = RowMax(stage, visible);
-    const float inverse = 1.0f / ExpShiftSum(stage, max, stage, visible);
+    const float inverse =
+        1.0f / ExpShiftSum<kSoftmaxBase2<T>>(stage, max, stage, visible);
     for (int64_t i = 0; i < visible; ++i) stage[i] *= inverse;
     StoreBlock(stage, y, 1, visible);
     return;
@@ -90,13 +101,13 @@ POLYOPS_INLINE void CausalSoftmaxRow(const T* x, T* y, int64_t k,
   for (int64_t begin = 0; begin < visible; begin += kBlock) {
     const int64_t n = std::min(kBlock, visible - begin);
     LoadBlock(x + begin, 1, stage, n);
-    sum += ExpShiftSum(stage, max, stage, n);
+    sum += ExpShiftSum<kSoftmaxBase2<T>>(stage, max, stage, n);
   }
   const float inverse = 1.0f / sum;
   for (int64_t begin = 0; begin < visible; begin += kBlock) {
     const int64_t n = std::min(kBlock, visible - begin);
     LoadBlock(x + begin, 1, stage, n);
-    ExpShiftSum(stage, max, stage, n);
+    ExpShiftSum<kSoftmaxBase2<T>>(stage, max, stage, n);
     for (int64_t i = 0; i < n; ++i) stage[i] *= inverse;
     StoreBlock(stage, y + begin, 1, n);
   }
@@ -133,7 +144,37 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp512(__m512 t) {
   return _mm512_scalef_ps(y, n);
 }
 
-// ExpShiftSum with SoftmaxExp512, to the bit (e may be x).
+// SoftmaxExp2Of on 16 lanes, to the bit: VRNDSCALEPS rounds n, VREDUCEPS
+// gives f = y - n in one instruction and 0 for y = -inf (so no clamp is
+// needed: 2^n then makes that lane, and every y below -151, +0), VSCALEFPS
+// applies 2^n. 9 instructions, 6 of them multiplies or FMAs, against
+// SoftmaxExp512's 11 and 8: on AMD Zen 4 the loop of ExpShiftSum512 takes 7
+// cycles per 16 exps instead of 9 (docs/cpu_softmax.md).
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp2Of512(__m512 t) {
+  const __m512 y = _mm512_mul_ps(t, _mm512_set1_ps(kSoftmaxExpLog2e));
+  const __m512 n =
+      _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f =
+      _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kSoftmaxExp2C5), f,
+                             _mm512_set1_ps(kSoftmaxExp2C4));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kSoftmaxExp2C3));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kSoftmaxExp2C2));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kSoftmaxExp2C1));
+  return _mm512_scalef_ps(_mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f)), n);
+}
+
+template <bool kBase2>
+POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 RowExp512(__m512 t) {
+  if constexpr (kBase2) {
+    return SoftmaxExp2Of512(t);
+  } else {
+    return SoftmaxExp512(t);
+  }
+}
+
+// ExpShiftSum with RowExp512, to the bit (e may be x).
+template <bool kBase2>
 POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
                                                                float max,
                                                                float* e,
@@ -143,17 +184,16 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v =
-        SoftmaxExp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+        RowExp512<kBase2>(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
     _mm512_storeu_ps(e + i, v);
     lanes = _mm512_add_ps(lanes, v);
   }
-  float sum = 0.0f;
   if (i < n) {
     const __mmask16 mask = TailMask(n - i);
-    const __m512 v =
-        SoftmaxExp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), shift));
+    const __m512 v = RowExp512<kBase2>(
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), shift));
     _mm512_mask_storeu_ps(e + i, mask, v);
-    for (; i < n; ++i) sum += e[i];
+    lanes = _mm512_mask_add_ps(lanes, mask, lanes, v);
   }
   // Lanes i + 8, then + 4, + 2, + 1 (additions commute bit for bit).
   const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(lanes),
@@ -162,25 +202,13 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
                                  _mm256_extractf128_ps(eight, 1));
   const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
   const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
-  return sum + _mm_cvtss_f32(one);
+  return _mm_cvtss_f32(one);
 }
 
-// RowMax(x, n) without staging (float32 rows are read where they are), in
-// StageAndMax512's order.
+// RowMax(x, n) without staging (float32 rows are read where they are).
 POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float RowMax512(const float* x,
                                                           int64_t n) {
-  __m512 lanes = _mm512_set1_ps(x[0]);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    lanes = _mm512_max_ps(_mm512_loadu_ps(x + i), lanes);
-  float result = x[0];
-  for (; i < n; ++i) result = std::max(result, x[i]);
-  alignas(64) float partial[16];
-  _mm512_store_ps(partial, lanes);
-  for (int lane = 0; lane < 16; ++lane) {
-    result = std::max(result, partial[lane]);
-  }
-  return result;
+  return StageAndMax512<float, false>(x, nullptr, n);
 }
 
 // The AVX-512 row: x converted in registers while its max is taken, exp and
@@ -215,7 +243,8 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
   for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
     _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T0);
   }
-  const float inverse = 1.0f / ExpShiftSum512(in, max, stage, visible);
+  const float inverse =
+      1.0f / ExpShiftSum512<kSoftmaxBase2<T>>(in, max, stage, visible);
   ScaleAndZeroRow512<kNativeBf16>(stage, inverse, y, k, visible, stream);
 }
 
@@ -246,7 +275,12 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
           const bool parallel = rows_.numel * keys >= cpu::kParallelGrain;
 #ifdef POLYOPS_HAVE_AVX512_ROWS
           if (cpu::HasAvx512()) {
+            // Only float32 rows stream: 16-bit rows (half a float32 row's
+            // bytes for the same compute) measured faster with ordinary
+            // stores, out of cache, on one thread and on two
+            // (docs/cpu_softmax.md).
             const bool stream =
+                std::is_same_v<T, float> &&
                 rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
             auto run = [&](auto native_bf16) {
               cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
