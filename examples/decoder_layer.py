@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import polyops
+from polyops.testing.references import topk_topp_sampling_reference
 
 #: polyops should be at least this much faster than the stock-torch layer in the same dtype.
 SPEEDUP_TARGET = 1.5
@@ -215,25 +218,6 @@ def stock_torch_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table):
     return fn.linear(fn.silu(gate) * up, w.down) + residual
 
 
-def reference_sample(logits: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor):
-    """topk_topp_sampling written from its definition, for the token-id check."""
-    tokens = []
-    for row, ur in zip(logits.float(), u.tolist(), strict=True):
-        order = sorted(range(row.numel()), key=lambda i: (-row[i].item(), i))
-        probs = torch.softmax(row, -1)[order]
-        if 0 < top_k < len(order):
-            probs = probs[:top_k]
-        probs = probs / probs.sum()
-        if top_p < 1.0:
-            cumulative = torch.cumsum(probs, 0)
-            keep = int((cumulative < top_p).sum().item()) + 1
-            probs = probs[:keep] / probs[:keep].sum()
-        cumulative = torch.cumsum(probs, 0)
-        index = int((cumulative <= ur).sum().item())
-        tokens.append(order[min(index, probs.numel() - 1)])
-    return torch.tensor(tokens)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=DTYPES, default="bfloat16")
@@ -257,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--torch-ops", action="store_true", help="call the ops as torch.ops.polyops.<op>"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the times, the speedup and the error check to this JSON file",
     )
     parser.add_argument(
         "--compile",
@@ -356,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     errors["final     logits"] = rel_error(logits, x.float() @ w.lm_head.float().T)
     u = torch.rand(batch, generator=g)
     tokens = ops.topk_topp_sampling(logits, 50, 0.9, uniform=u)
-    expected_tokens = reference_sample(logits, 50, 0.9, u)
+    expected_tokens = topk_topp_sampling_reference(logits, 50, 0.9, uniform=u)
 
     tolerance = TOLERANCE[dtype]
     form = "torch.compile(torch.ops.polyops)" if args.compile else f"{ops.__name__}.<op>"
@@ -376,14 +367,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{'sampled tokens':<30} {tokens.tolist()} vs reference {expected_tokens.tolist()}: "
         f"{'ok' if same else 'FAIL'}"
     )
-    if args.repeats > 0:
-        speedup = times["stock torch"] / times["polyops"]
+    speedup = times["stock torch"] / times["polyops"] if args.repeats > 0 else None
+    if speedup is not None:
         print(
             f"time ({args.dtype}, prefill + {args.decode_steps} decode steps, median of "
             f"{args.repeats} per step): polyops {times['polyops'] * 1e3:.1f} ms, stock torch ops "
             f"in {args.dtype} {times['stock torch'] * 1e3:.1f} ms: polyops {speedup:.2f}x "
             f"(target >= {SPEEDUP_TARGET:g}x: {'PASS' if speedup >= SPEEDUP_TARGET else 'MISS'})"
         )
+    if args.json is not None:
+        result = {
+            "dtype": args.dtype,
+            "threads": torch.get_num_threads(),
+            "polyops_s": times["polyops"],
+            "stock_torch_s": times["stock torch"],
+            "speedup": speedup,
+            "target": SPEEDUP_TARGET,
+            "result": None if speedup is None else "PASS" if speedup >= SPEEDUP_TARGET else "MISS",
+            "errors_ok": not failed,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 1 if failed else 0
 
 
