@@ -123,7 +123,9 @@ struct Chunk32 {
 // nearest even, NaN quieted with its payload, as ToBFloat16) unless the
 // chunk holds a subnormal, which that instruction flushes to zero
 // (0x007fffff gives 0x0000, not 0x0080): such chunks take the integer path.
-template <typename T, bool kNativeBf16 = false>
+// kCheckSubnormal false: the caller knows no value of the chunk is
+// subnormal, so VCVTNE2PS2BF16 needs no check.
+template <typename T, bool kNativeBf16 = false, bool kCheckSubnormal = true>
 POLYOPS_AVX512_INLINE Chunk32 Round32(__m512 lo, __m512 hi) {
   if constexpr (std::is_same_v<T, float>) {
     return {_mm512_castps_si512(lo), _mm512_castps_si512(hi)};
@@ -134,8 +136,8 @@ POLYOPS_AVX512_INLINE Chunk32 Round32(__m512 lo, __m512 hi) {
   } else {
     if constexpr (kNativeBf16) {
       constexpr int kSubnormal = 0x20;
-      if ((_mm512_fpclass_ps_mask(lo, kSubnormal) |
-           _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0) {
+      if (!kCheckSubnormal || (_mm512_fpclass_ps_mask(lo, kSubnormal) |
+                               _mm512_fpclass_ps_mask(hi, kSubnormal)) == 0) {
         return {reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)),
                 _mm512_setzero_si512()};
       }
@@ -314,17 +316,21 @@ POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
 // either is NaN, all lanes starting at x[0]: so the result is RowMax's (NaN
 // only when x[0] is) while two chains, a masked tail and a tree fold keep
 // it off the max latency.
-template <typename T, bool kStage = true>
+// With kMin, *min gets the minimum the same way (a bound for the caller;
+// NaN when x[0] is).
+template <typename T, bool kStage = true, bool kMin = false>
 POLYOPS_AVX512_INLINE float StageAndMax512(const T* x, float* stage,
-                                           int64_t visible) {
-  __m512 lanes[2];
-  lanes[0] = lanes[1] = _mm512_set1_ps(Load(x));
+                                           int64_t visible,
+                                           float* min = nullptr) {
+  __m512 highs[2], lows[2];
+  highs[0] = highs[1] = lows[0] = lows[1] = _mm512_set1_ps(Load(x));
   int64_t i = 0;
   for (; i + 32 <= visible; i += 32) {
     for (int c = 0; c < 2; ++c) {
       const __m512 v = Load16(x + i + 16 * c);
       if constexpr (kStage) _mm512_storeu_ps(stage + i + 16 * c, v);
-      lanes[c] = _mm512_max_ps(v, lanes[c]);
+      highs[c] = _mm512_max_ps(v, highs[c]);
+      if constexpr (kMin) lows[c] = _mm512_min_ps(v, lows[c]);
     }
   }
   for (; i < visible; i += 16) {
@@ -332,15 +338,13 @@ POLYOPS_AVX512_INLINE float StageAndMax512(const T* x, float* stage,
         visible - i >= 16 ? __mmask16{0xffff} : TailMask(visible - i);
     const __m512 v = Load16(x + i, mask);
     if constexpr (kStage) _mm512_mask_storeu_ps(stage + i, mask, v);
-    lanes[0] = _mm512_mask_max_ps(lanes[0], mask, v, lanes[0]);
+    highs[0] = _mm512_mask_max_ps(highs[0], mask, v, highs[0]);
+    if constexpr (kMin) lows[0] = _mm512_mask_min_ps(lows[0], mask, v, lows[0]);
   }
-  const __m512 both = _mm512_max_ps(lanes[1], lanes[0]);
-  const __m256 eight = _mm256_max_ps(_mm512_extractf32x8_ps(both, 1),
-                                     _mm512_castps512_ps256(both));
-  const __m128 four = _mm_max_ps(_mm256_extractf128_ps(eight, 1),
-                                 _mm256_castps256_ps128(eight));
-  const __m128 two = _mm_max_ps(_mm_movehl_ps(four, four), four);
-  return _mm_cvtss_f32(_mm_max_ss(_mm_movehdup_ps(two), two));
+  if constexpr (kMin) {
+    *min = _mm512_reduce_min_ps(_mm512_min_ps(lows[1], lows[0]));
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(highs[1], highs[0]));
 }
 
 // stage[at, at + 16) * s where below `visible`, +0 elsewhere (even when s
@@ -357,7 +361,7 @@ POLYOPS_AVX512_INLINE __m512 ScaledVisible(const float* stage, int64_t at,
 // y[0, k) = stage[0, visible) * s, then zeros: one pass of whole chunks, so
 // a streamed row is written in full 64-byte lines. kStream as a template
 // argument keeps the branch on it out of the chunk loops.
-template <bool kNativeBf16, bool kStream, typename T>
+template <bool kNativeBf16, bool kStream, bool kCheckSubnormal, typename T>
 POLYOPS_AVX512_INLINE void ScaleAndZeroChunks512(const float* stage, __m512 s,
                                                  T* y, int64_t k,
                                                  int64_t visible) {
@@ -365,15 +369,16 @@ POLYOPS_AVX512_INLINE void ScaleAndZeroChunks512(const float* stage, __m512 s,
   // Wholly visible chunks need no masks (visible <= k).
   for (; i + 32 <= visible; i += 32) {
     Store32(y + i,
-            Round32<T, kNativeBf16>(
+            Round32<T, kNativeBf16, kCheckSubnormal>(
                 _mm512_mul_ps(_mm512_loadu_ps(stage + i), s),
                 _mm512_mul_ps(_mm512_loadu_ps(stage + i + 16), s)),
             kStream);
   }
   if (i + 32 <= k && i < visible) {
     Store32(y + i,
-            Round32<T, kNativeBf16>(ScaledVisible(stage, i, visible, s),
-                                    ScaledVisible(stage, i + 16, visible, s)),
+            Round32<T, kNativeBf16, kCheckSubnormal>(
+                ScaledVisible(stage, i, visible, s),
+                ScaledVisible(stage, i + 16, visible, s)),
             kStream);
     i += 32;
   }
@@ -387,15 +392,19 @@ POLYOPS_AVX512_INLINE void ScaleAndZeroChunks512(const float* stage, __m512 s,
   if (kStream) _mm_sfence();
 }
 
+// `normal`: the caller knows stage * inverse holds no subnormal.
 template <bool kNativeBf16, typename T>
 POLYOPS_AVX512_INLINE void ScaleAndZeroRow512(const float* stage, float inverse,
                                               T* y, int64_t k, int64_t visible,
-                                              bool stream) {
+                                              bool stream,
+                                              bool normal = false) {
   const __m512 s = _mm512_set1_ps(inverse);
   if (StreamRow(y, stream)) {
-    ScaleAndZeroChunks512<kNativeBf16, true>(stage, s, y, k, visible);
+    ScaleAndZeroChunks512<kNativeBf16, true, true>(stage, s, y, k, visible);
+  } else if (normal) {
+    ScaleAndZeroChunks512<kNativeBf16, false, false>(stage, s, y, k, visible);
   } else {
-    ScaleAndZeroChunks512<kNativeBf16, false>(stage, s, y, k, visible);
+    ScaleAndZeroChunks512<kNativeBf16, false, true>(stage, s, y, k, visible);
   }
 }
 
