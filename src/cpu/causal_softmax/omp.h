@@ -295,7 +295,7 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
                 rows_.Offsets(row, at);
                 const bool last = row + 1 == rows_.numel;
                 if (!last) rows_.Offsets(row + 1, next);
-                float stage[cpu::kMaxStagedRow];
+                alignas(64) float stage[cpu::kMaxStagedRow];
                 cpu::CausalSoftmaxRow512<T, decltype(native_bf16)::value>(
                     x + at[1], y + at[0], keys, VisibleKeys(row), stage, stream,
                     x + next[1], last ? 0 : VisibleKeys(row + 1));
@@ -313,7 +313,7 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
           cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
             int64_t at[2];
             rows_.Offsets(row, at);
-            float stage[cpu::kMaxStagedRow];
+            alignas(64) float stage[cpu::kMaxStagedRow];
             row_kernel(x + at[1], y + at[0], keys, VisibleKeys(row), stage);
           });
         });
