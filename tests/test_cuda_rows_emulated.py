@@ -108,6 +108,7 @@ SLOTS["silu_and_mul"] = [(0, "vector"), (1, "vllm")]
 SLOTS["rotary_embedding"] = [(0, "token")]
 SLOTS["apply_rotary_pos_emb"] = [(0, "token")]
 
+
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
     """The driver built against the rewritten slot headers."""

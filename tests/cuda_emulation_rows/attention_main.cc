@@ -13,18 +13,19 @@
 int main(int argc, char** argv) {
   using namespace emulation;  // NOLINT: the argument accessors
   using namespace polyops;    // NOLINT: the op classes
-  return DriverMain(argc, argv, [](const std::string& op, int slot,
-                                   const Args& a) {
-    if (op == "flash_attention") {
-      Run<FlashAttention>(slot, T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]),
-                          OptT(a[5]), OptD(a[6]), B(a[7]), I(a[8]), I(a[9]),
-                          OptI(a[10]), OptT(a[11]), OptT(a[12]), OptT(a[13]));
-    } else if (op == "paged_attention") {
-      Run<PagedAttention>(slot, T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]),
-                          OptD(a[5]), OptT(a[6]), OptT(a[7]), OptT(a[8]));
-    } else {
-      return false;
-    }
-    return true;
-  });
+  return DriverMain(
+      argc, argv, [](const std::string& op, int slot, const Args& a) {
+        if (op == "flash_attention") {
+          Run<FlashAttention>(slot, T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]),
+                              OptT(a[5]), OptD(a[6]), B(a[7]), I(a[8]), I(a[9]),
+                              OptI(a[10]), OptT(a[11]), OptT(a[12]),
+                              OptT(a[13]));
+        } else if (op == "paged_attention") {
+          Run<PagedAttention>(slot, T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]),
+                              OptD(a[5]), OptT(a[6]), OptT(a[7]), OptT(a[8]));
+        } else {
+          return false;
+        }
+        return true;
+      });
 }

@@ -62,8 +62,8 @@ inline polyops::DataType Dtype(const Arg& arg) {
 // One call of `Op`'s CUDA slot `slot`: constructor (cache miss), then call.
 template <typename Op, typename... Params>
 void Run(int slot, const Params&... args) {
-  auto impl = polyops::MakeImplementation<Op, Device::Type::kCuda>(slot,
-                                                                   args...);
+  auto impl =
+      polyops::MakeImplementation<Op, Device::Type::kCuda>(slot, args...);
   if (!impl) throw std::runtime_error("no such CUDA slot");
   polyops::Handle handle;
   handle.device = Device{Device::Type::kCuda, 0};

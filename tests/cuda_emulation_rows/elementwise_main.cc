@@ -14,19 +14,19 @@
 int main(int argc, char** argv) {
   using namespace emulation;  // NOLINT: the argument accessors
   using namespace polyops;    // NOLINT: the op classes
-  return DriverMain(argc, argv, [](const std::string& op, int slot,
-                                   const Args& a) {
-    if (op == "add") {
-      Run<Add>(slot, T(a[0]), T(a[1]), OptT(a[2]));
-    } else if (op == "mul") {
-      Run<Mul>(slot, T(a[0]), T(a[1]), OptT(a[2]));
-    } else if (op == "cast") {
-      Run<Cast>(slot, T(a[0]), Dtype(a[1]), OptT(a[2]));
-    } else if (op == "cat") {
-      Run<Cat>(slot, TList(a[0]), I(a[1]), OptT(a[2]));
-    } else {
-      return false;
-    }
-    return true;
-  });
+  return DriverMain(argc, argv,
+                    [](const std::string& op, int slot, const Args& a) {
+                      if (op == "add") {
+                        Run<Add>(slot, T(a[0]), T(a[1]), OptT(a[2]));
+                      } else if (op == "mul") {
+                        Run<Mul>(slot, T(a[0]), T(a[1]), OptT(a[2]));
+                      } else if (op == "cast") {
+                        Run<Cast>(slot, T(a[0]), Dtype(a[1]), OptT(a[2]));
+                      } else if (op == "cat") {
+                        Run<Cat>(slot, TList(a[0]), I(a[1]), OptT(a[2]));
+                      } else {
+                        return false;
+                      }
+                      return true;
+                    });
 }

@@ -25,7 +25,7 @@
 // float functions are the host's. It checks the slots' logic -- indexing,
 // masks, packs and their fallbacks, barriers, warp exchanges, in-place
 // safety, host code -- not nvcc, a GPU's scheduling or CUDA's float
-// intrinsics. x86-64 only (the fiber switch is 14 instructions of assembly).
+// intrinsics. x86-64 only (the fiber switch is 15 instructions of assembly).
 #ifndef POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
 #define POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
 
@@ -90,7 +90,7 @@ using std::min;
 // resumes the stack at load_sp (System V x86-64).
 extern "C" void polyops_emulation_switch(void** save_sp, void* load_sp);
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .globl polyops_emulation_switch
   .type polyops_emulation_switch, @function
@@ -111,6 +111,7 @@ polyops_emulation_switch:
   popq %rbp
   ret
   .size polyops_emulation_switch, .-polyops_emulation_switch
+  .popsection
 )");
 
 namespace emulation {
@@ -133,7 +134,7 @@ inline constexpr size_t kStackBytes = 256 * 1024;
 inline void* scheduler_sp = nullptr;
 inline Fiber* current = nullptr;
 inline std::function<void()>* body = nullptr;  // the launch's kernel call
-inline uint64_t progress = 0;  // arrivals and finished threads
+inline uint64_t progress = 0;                  // arrivals and finished threads
 inline std::vector<Fiber> fibers;
 inline Barrier block_barrier;
 inline Barrier warp_barriers[32];
@@ -270,9 +271,8 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src,
-                                     size_t spitch, size_t width,
-                                     size_t height, cudaMemcpyKind,
-                                     cudaStream_t) {
+                                     size_t spitch, size_t width, size_t height,
+                                     cudaMemcpyKind, cudaStream_t) {
   if (width > dpitch || width > spitch) return 1;  // cudaErrorInvalidValue
   for (size_t row = 0; row < height; ++row) {
     std::memcpy(static_cast<char*>(dst) + row * dpitch,
@@ -295,8 +295,8 @@ void EmulatedLaunch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
   blockDim = block;
   std::function<void()> call = [&] { kernel(); };
   emulation::body = &call;
-  const size_t words = (shared_bytes + sizeof(std::max_align_t) - 1) /
-                       sizeof(std::max_align_t);
+  const size_t words =
+      (shared_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
   emulation::dynamic_shared.assign(words, std::max_align_t{});
   std::memset(emulation::dynamic_shared.data(), 0xff,
               words * sizeof(std::max_align_t));
