@@ -176,8 +176,10 @@ inline void Start(Fiber& fiber) {
   fiber.done = false;
 }
 
-// Runs one block's threads until all have finished.
-inline void RunBlock(unsigned threads) {
+// Runs one block's threads until all have finished: in thread order, or in
+// reverse order when `reverse` (alternate blocks), so that a race a missing
+// barrier leaves between warps shows under one of the two interleavings.
+inline void RunBlock(unsigned threads, bool reverse) {
   block_barrier = Barrier{threads};
   for (unsigned w = 0; w * 32 < threads; ++w) {
     warp_barriers[w] = Barrier{std::min(32u, threads - w * 32)};
@@ -186,7 +188,8 @@ inline void RunBlock(unsigned threads) {
   unsigned live = threads;
   while (live > 0) {
     const uint64_t before = progress;
-    for (unsigned t = 0; t < threads; ++t) {
+    for (unsigned i = 0; i < threads; ++i) {
+      const unsigned t = reverse ? threads - 1 - i : i;
       Fiber& fiber = fibers[t];
       if (fiber.done) continue;
       current = &fiber;
@@ -305,7 +308,7 @@ void EmulatedLaunch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = dim3(x, y, z);
-        emulation::RunBlock(block.x);
+        emulation::RunBlock(block.x, (x + y + z) % 2 == 1);
       }
     }
   }
