@@ -6,7 +6,8 @@ apply_rotary_pos_emb and reshape_and_cache (src/cuda/<op>/*.cuh with
 src/cuda/rows.cuh and src/cuda/rotary.cuh) are copied with every
 ``kernel<<<grid, block, shared, stream>>>(args)`` rewritten into a call of
 ``EmulatedLaunch`` (tests/cuda_emulation_rows/emulated_cuda.h: one
-cooperative thread per CUDA thread, a barrier for ``__syncthreads``), compiled
+cooperative thread per CUDA thread, barriers for ``__syncthreads`` and the
+warp shuffles), compiled
 with the host compiler together with tests/cuda_emulation_rows/rows_main.cc
 (tests/cuda_emulation_rows/harness.py builds and marshals), and
 every case of the parity table (polyops.testing.OPS) for those ops is run
@@ -17,8 +18,9 @@ paths and their scalar fallbacks run as they would on a GPU.
 
 What it checks: the kernels' indexing, masks, pack/fallback choice, index
 handling, barriers and in-place safety, and the slots' host code. What it
-cannot check: nvcc, the GPU, warp shuffles (the emulated BlockSum reduces in
-thread order) and CUDA's own float functions (``expf`` is the host's).
+cannot check: nvcc, the GPU's scheduling and CUDA's own float functions
+(``expf`` is the host's); the block reductions are cuda/common.cuh's own
+shuffle trees, run through the emulated warp exchanges.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-// A host stand-in for cuda/common.cuh and the CUDA runtime, enough to run
-// the CUDA slots that tests/test_cuda_{rows,attention,elementwise}_emulated.py
-// cover on a CPU. The tests rewrite each
+// A host stand-in for the CUDA runtime, <cuda_fp16.h> and <cuda_bf16.h>,
+// enough to run the CUDA slots that tests/test_cuda_{rows,attention,
+// elementwise}_emulated.py cover on a CPU, with the project's own
+// cuda/common.cuh (WarpSum, WarpMax, BlockSum, BlockMax, FromFloat,
+// ToFloat, Check, Workspace) compiled as it is. The tests rewrite each
 // `kernel<<<grid, block, shared, stream>>>(args)` of the slot headers into
 // `EmulatedLaunch(grid, block, shared, stream, [&] { kernel(args); })` and
 // each `extern __shared__ T name[];` into a pointer to the launch's dynamic
 // shared buffer (`shared` bytes, filled with 0xff bytes: NaN floats, so a
-// read before a write shows).
+// read before a write shows). cuda_runtime.h, cuda_fp16.h and cuda_bf16.h
+// in this folder include this file.
 //
 // A launch runs the grid's blocks one after another (x fastest, then y, z),
 // each as blockDim.x cooperative threads (fibers with their own stacks on
@@ -13,19 +16,20 @@
 // attention kernels' thousands of warp exchanges per block take minutes).
 // A thread runs until it waits at a barrier: __syncthreads (the block's),
 // or a warp collective (its warp's 32 threads, threadIdx.x / 32), so
-// `__shared__` = `static` is one block's memory. A round of the scheduler in
-// which no thread arrives anywhere and none finishes is a deadlock (a
-// barrier or shuffle some threads never reach): the driver stops with exit
-// status 4 instead of hanging. Warp shuffles exchange through per-warp
-// slots: every lane writes its value, the warp waits, every lane reads its
-// source lane, the warp waits again. BlockSum and BlockMax reduce in thread
-// order through the block barrier (the GPU's tree order differs in the last
-// float32 bits). The 16-bit types are polyops::Half / BFloat16 with
-// polyops' own conversions (round to nearest even); expf and the other
-// float functions are the host's. It checks the slots' logic -- indexing,
-// masks, packs and their fallbacks, barriers, warp exchanges, in-place
-// safety, host code -- not nvcc, a GPU's scheduling or CUDA's float
-// intrinsics. x86-64 only (the fiber switch is 15 instructions of assembly).
+// `__shared__` = `static` is one block's memory. A block's threads are
+// resumed in thread order, the next block's in reverse order. A round of
+// the scheduler in which no thread arrives anywhere and none finishes is a
+// deadlock (a barrier or shuffle some threads never reach): the driver
+// stops with exit status 4 instead of hanging. Warp shuffles exchange
+// through per-warp slots: every lane writes its value, the warp waits,
+// every lane reads its source lane, the warp waits again; lanes that meet
+// at different shuffle call sites stop the driver (exit status 6). __half
+// and __nv_bfloat16 convert with polyops' own routines (round to nearest
+// even); expf and the other float functions are the host's. It checks the
+// slots' logic -- indexing, masks, packs and their fallbacks, barriers,
+// warp exchanges and reduction trees, in-place safety, host code -- not
+// nvcc, a GPU's scheduling or CUDA's float intrinsics. x86-64 only (the
+// fiber switch is 15 instructions of assembly).
 #ifndef POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
 #define POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
 
@@ -40,6 +44,8 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <source_location>
+#include <string>
 #include <vector>
 
 #include "core/data_type.h"
@@ -49,9 +55,6 @@
 #if !defined(__x86_64__)
 #error "the CUDA emulation's fiber switch is written for x86-64"
 #endif
-
-// The slot headers include cuda/common.cuh: this file replaces it.
-#define POLYOPS_CUDA_COMMON_CUH_
 
 #define __device__
 #define __global__
@@ -81,8 +84,26 @@ inline dim3 blockIdx;
 inline dim3 blockDim;
 inline dim3 gridDim;
 
-using __half = polyops::Half;
-using __nv_bfloat16 = polyops::BFloat16;
+// CUDA's 16-bit float types: 2-byte structs of their own (as in CUDA), so
+// that cuda/common.cuh's ToFloat overloads do not collide with polyops'.
+struct alignas(2) __half {
+  uint16_t bits;
+};
+struct alignas(2) __nv_bfloat16 {
+  uint16_t bits;
+};
+inline float __half2float(__half value) {
+  return polyops::ToFloat(polyops::Half{value.bits});
+}
+inline __half __float2half_rn(float value) {
+  return __half{polyops::ToHalf(value).bits};
+}
+inline float __bfloat162float(__nv_bfloat16 value) {
+  return polyops::ToFloat(polyops::BFloat16{value.bits});
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float value) {
+  return __nv_bfloat16{polyops::ToBFloat16(value).bits};
+}
 using std::max;
 using std::min;
 
@@ -139,7 +160,7 @@ inline std::vector<Fiber> fibers;
 inline Barrier block_barrier;
 inline Barrier warp_barriers[32];
 inline uint64_t lanes[32][32];  // [warp][lane] shuffle slots
-inline float slots[1024];       // one value per thread for BlockReduce
+inline unsigned sites[32][32];  // [warp][lane] the shuffle's source line
 inline std::vector<std::max_align_t> dynamic_shared;
 
 inline void Yield() { polyops_emulation_switch(&current->sp, scheduler_sp); }
@@ -215,11 +236,23 @@ inline int Warp() { return static_cast<int>(threadIdx.x >> 5); }
 // Every lane publishes `value`, the warp waits, each lane reads lane
 // `source(lane)` (its own value when the source is outside the warp), and
 // the warp waits again so that no slot is overwritten before all have read.
+// `site`: the shuffle's call site, which every lane of the warp must share
+// (a GPU's __shfl_*_sync with a full mask requires all lanes at it).
 template <typename T, typename Source>
-T Exchange(T value, Source source) {
+T Exchange(T value, Source source, const std::source_location& site) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   std::memcpy(&lanes[Warp()][Lane()], &value, sizeof(T));
+  sites[Warp()][Lane()] = site.line();
   Wait(warp_barriers[Warp()]);
+  if (sites[Warp()][Lane()] != sites[Warp()][0]) {
+    std::fprintf(stderr,
+                 "emulated CUDA: lanes %d and 0 of warp %d in block (%u, %u, "
+                 "%u) meet at warp shuffles on different lines (%u, %u)\n",
+                 Lane(), Warp(), blockIdx.x, blockIdx.y, blockIdx.z,
+                 sites[Warp()][Lane()], sites[Warp()][0]);
+    std::fflush(stderr);
+    std::_Exit(6);
+  }
   const int from = source(Lane());
   T result = value;
   if (from >= 0 && from < static_cast<int>(warp_barriers[Warp()].expected)) {
@@ -234,17 +267,22 @@ T Exchange(T value, Source source) {
 inline void __syncthreads() { emulation::Wait(emulation::block_barrier); }
 
 template <typename T>
-T __shfl_sync(unsigned, T value, int source) {
-  return emulation::Exchange(value, [&](int) { return source & 31; });
+T __shfl_sync(unsigned, T value, int source,
+              std::source_location site = std::source_location::current()) {
+  return emulation::Exchange(value, [&](int) { return source & 31; }, site);
 }
 template <typename T>
-T __shfl_xor_sync(unsigned, T value, int mask) {
-  return emulation::Exchange(value, [&](int lane) { return lane ^ mask; });
-}
-template <typename T>
-T __shfl_down_sync(unsigned, T value, unsigned delta) {
+T __shfl_xor_sync(unsigned, T value, int mask,
+                  std::source_location site = std::source_location::current()) {
   return emulation::Exchange(
-      value, [&](int lane) { return lane + static_cast<int>(delta); });
+      value, [&](int lane) { return lane ^ mask; }, site);
+}
+template <typename T>
+T __shfl_down_sync(
+    unsigned, T value, unsigned delta,
+    std::source_location site = std::source_location::current()) {
+  return emulation::Exchange(
+      value, [&](int lane) { return lane + static_cast<int>(delta); }, site);
 }
 
 inline float __fdiv_rn(float a, float b) { return a / b; }
@@ -264,6 +302,8 @@ inline int __clzll(long long x) {
   return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x));
 }
 
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 template <typename Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
   return cudaSuccess;
@@ -323,84 +363,28 @@ T* DynamicShared() {
 }
 }  // namespace emulation
 
+// The project's own shared device code, compiled for the host as it is.
+#include "cuda/common.cuh"
+
 namespace polyops::cuda {
 
-template <typename T>
-using NativeT = T;
-
-inline float ToFloat(float value) { return value; }
-using polyops::ToFloat;
-
-template <typename T>
-T FromFloat(float value);
-template <>
-inline float FromFloat<float>(float value) {
-  return value;
-}
-template <>
-inline Half FromFloat<Half>(float value) {
-  return ToHalf(value);
-}
-template <>
-inline BFloat16 FromFloat<BFloat16>(float value) {
-  return ToBFloat16(value);
+// cuda/workspace.cu's definitions, for the host: the scratch memory is host
+// memory filled with 0xff bytes (NaN floats), so a partial the kernels
+// forget to write shows.
+inline void ThrowCudaError(cudaError_t status, const char* op,
+                           const char* what) {
+  throw BackendError(std::string("polyops.") + op + ": CUDA error during " +
+                     what + ": " + cudaGetErrorName(status));
 }
 
-inline cudaStream_t StreamOf(const Handle& handle) { return handle.stream; }
-inline void Check(cudaError_t status, const char* op, const char* what) {
-  if (status != cudaSuccess) {
-    throw BackendError(std::string("polyops.") + op + ": " + what +
-                       " failed (emulated CUDA error)");
-  }
-}
-inline void CheckLaunch(const char*) {}
-
-// As cuda/common.cuh: the xor butterfly over the warp's lanes.
-inline float WarpSum(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-inline float WarpMax(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
+inline Workspace::Workspace(const Handle&, size_t bytes, const char*) {
+  if (bytes == 0) return;
+  data_ = new char[bytes];
+  std::memset(data_, 0xff, bytes);
+  size_ = bytes;
 }
 
-// Every thread publishes its value, then each reduces all of them in thread
-// order (a different order from the GPU's tree: float32 sums may differ in
-// the last bits, within every tolerance).
-inline float BlockReduce(float value, bool max) {
-  __syncthreads();
-  emulation::slots[threadIdx.x] = value;
-  __syncthreads();
-  float result = max ? -INFINITY : 0.0f;
-  for (unsigned t = 0; t < blockDim.x; ++t) {
-    result = max ? std::fmax(result, emulation::slots[t])
-                 : result + emulation::slots[t];
-  }
-  return result;
-}
-inline float BlockSum(float value, float*) { return BlockReduce(value, false); }
-inline float BlockMax(float value, float*) { return BlockReduce(value, true); }
-
-// Scratch memory for one call: host memory filled with 0xff bytes (NaN
-// floats), so a partial the kernels forget to write shows.
-class Workspace {
- public:
-  Workspace(const Handle&, size_t bytes, const char*)
-      : data_(new char[bytes > 0 ? bytes : 1]), size_(bytes) {
-    std::memset(data_.get(), 0xff, bytes);
-  }
-  void* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-
- private:
-  std::unique_ptr<char[]> data_;
-  size_t size_;
-};
+inline Workspace::~Workspace() { delete[] static_cast<char*>(data_); }
 
 }  // namespace polyops::cuda
 
