@@ -6,8 +6,10 @@ apply_rotary_pos_emb and reshape_and_cache (src/cuda/<op>/*.cuh with
 src/cuda/rows.cuh and src/cuda/rotary.cuh) are copied with every
 ``kernel<<<grid, block, shared, stream>>>(args)`` rewritten into a call of
 ``EmulatedLaunch`` (tests/cuda_emulation_rows/emulated_cuda.h: one
-std::thread per CUDA thread, a barrier for ``__syncthreads``), compiled with
-the host compiler together with tests/cuda_emulation_rows/rows_main.cc, and
+cooperative thread per CUDA thread, barriers for ``__syncthreads`` and the
+warp shuffles), compiled
+with the host compiler together with tests/cuda_emulation_rows/rows_main.cc
+(tests/cuda_emulation_rows/harness.py builds and marshals), and
 every case of the parity table (polyops.testing.OPS) for those ops is run
 through it and compared with the float64 reference at the table's
 tolerance. Inputs keep their storage, offsets, strides and aliasing (in-place
@@ -16,30 +18,23 @@ paths and their scalar fallbacks run as they would on a GPU.
 
 What it checks: the kernels' indexing, masks, pack/fallback choice, index
 handling, barriers and in-place safety, and the slots' host code. What it
-cannot check: nvcc, the GPU, warp shuffles (the emulated BlockSum reduces in
-thread order) and CUDA's own float functions (``expf`` is the host's).
+cannot check: nvcc, the GPU's scheduling and CUDA's own float functions
+(``expf`` is the host's); the block reductions are cuda/common.cuh's own
+shuffle trees, run through the emulated warp exchanges.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from conftest import dtype_id
+from cuda_emulation_rows.harness import build_emulator, run_slot
 
 from polyops.testing import OPS, Inputs, compare
 from polyops.testing import references as ref
 from polyops.testing.ops import Call, drop_none
-
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent / "cuda_emulation_rows"
-CXX = os.environ.get("CXX", "g++")
 
 #: Slot headers (and their shared headers) the driver includes.
 HEADERS = [
@@ -115,120 +110,11 @@ SLOTS["silu_and_mul"] = [(0, "vector"), (1, "vllm")]
 SLOTS["rotary_embedding"] = [(0, "token")]
 SLOTS["apply_rotary_pos_emb"] = [(0, "token")]
 
-#: polyops::DataType's enumerators (src/core/data_type.h).
-DTYPE_ENUM = {
-    torch.int32: 3,
-    torch.int64: 4,
-    torch.float16: 6,
-    torch.bfloat16: 7,
-    torch.float32: 8,
-}
-
-
-def rewrite_launches(text: str) -> str:
-    """Every ``callee<<<config>>>(args);`` as ``EmulatedLaunch(config, [&] { callee(args); });``."""
-    out, pos = [], 0
-    while (at := text.find("<<<", pos)) >= 0:
-        start = max(text.rfind(c, 0, at) for c in ";{}") + 1
-        callee = text[start:at].strip()
-        close = text.index(">>>", at)
-        config = " ".join(text[at + 3 : close].split())
-        opening = text.index("(", close)
-        depth, end = 0, opening
-        for end in range(opening, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[end], 0)
-            if depth == 0:
-                break
-        args = " ".join(text[opening + 1 : end].split())
-        semicolon = text.index(";", end)
-        indent = re.match(r"\s*", text[start:at]).group(0)
-        out.append(text[pos:start])
-        out.append(f"{indent}EmulatedLaunch({config}, [&] {{ {callee}({args}); }});")
-        pos = semicolon + 1
-    out.append(text[pos:])
-    return "".join(out)
-
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
     """The driver built against the rewritten slot headers."""
-    if shutil.which(CXX) is None:
-        pytest.skip(f"no host C++ compiler {CXX!r} to build the CUDA emulation")
-    build = tmp_path_factory.mktemp("cuda_rows_emulation")
-    for header in HEADERS:
-        target = build / header
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source = (ROOT / "src" / header).read_text()
-        rewritten = rewrite_launches(source)
-        assert "<<<" not in rewritten, header
-        target.write_text(rewritten)
-    exe = build / "rows_main"
-    command = [
-        CXX,
-        "-std=c++20",
-        "-O1",
-        "-ffp-contract=off",
-        "-pthread",
-        f"-I{build}",
-        f"-I{ROOT / 'src'}",
-        f"-I{HERE}",
-        str(HERE / "rows_main.cc"),
-        "-o",
-        str(exe),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, f"building the emulation failed:\n{result.stderr[-4000:]}"
-    return exe
-
-
-class _Manifest:
-    """The driver's input: storages (deduplicated, so aliasing survives) and arguments."""
-
-    def __init__(self, folder: Path, op: str, slot: int):
-        self.folder = folder
-        self.lines = [f"op {op} {slot}"]
-        self.storages: dict[int, int] = {}  # storage data_ptr -> id
-
-    def storage_id(self, tensor: torch.Tensor) -> int:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key not in self.storages:
-            assert key % 64 == 0, "torch's CPU storages are 64-byte aligned"
-            index = len(self.storages)
-            self.storages[key] = index
-            path = self.folder / f"storage{index}.bin"
-            raw = torch.empty(0, dtype=torch.uint8).set_(storage)
-            raw.numpy().tofile(path)
-            self.lines.append(f"storage {index} {storage.nbytes()} {path}")
-        return self.storages[key]
-
-    def add(self, value: object) -> None:
-        if value is None:
-            self.lines.append("none")
-        elif isinstance(value, torch.Tensor):
-            index = self.storage_id(value)
-            offset = value.storage_offset() * value.element_size()
-            dims = " ".join(map(str, [*value.shape, *value.stride()]))
-            self.lines.append(
-                f"tensor {index} {offset} {DTYPE_ENUM[value.dtype]} {value.dim()} {dims}"
-            )
-        elif isinstance(value, bool):
-            self.lines.append(f"bool {int(value)}")
-        elif isinstance(value, int):
-            self.lines.append(f"int {value}")
-        elif isinstance(value, float):
-            self.lines.append(f"double {value!r}")
-        else:
-            raise TypeError(f"unsupported argument {value!r}")
-
-    def read_back(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor`'s view into its storage as the emulated kernel left it."""
-        if tensor.untyped_storage().nbytes() == 0:
-            return tensor.clone()
-        index = self.storages[tensor.untyped_storage().data_ptr()]
-        raw = np.fromfile(self.folder / f"storage{index}.bin.out", dtype=np.uint8)
-        data = torch.from_numpy(raw).view(tensor.dtype)
-        return data.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+    return build_emulator(tmp_path_factory.mktemp("cuda_rows_emulation"), HEADERS, "rows_main.cc")
 
 
 def _results(op: str, given: dict) -> list:
@@ -244,29 +130,13 @@ def _results(op: str, given: dict) -> list:
 
 def run_emulated(exe: Path, folder: Path, op: str, slot: int, call, expected) -> tuple:
     """One call of `op`'s CUDA slot `slot` under the emulation; its results."""
-    params = PARAMS[op]
-    names = [name for name, _ in params]
-    given = {name: default for name, default in params}
-    given.update(zip(names, call.args, strict=False))
-    given.update(call.kwargs)
-    given.update(call.outputs)
-    if op in ALLOCATED:
-        for name, reference in zip(ALLOCATED[op], expected, strict=True):
-            if given[name] is None:
-                dtype = call.args[0].dtype
-                given[name] = torch.full(reference.shape, float("nan"), dtype=dtype)
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = _Manifest(folder, op, slot)
-    for name in names:
-        manifest.add(given[name])
-    (folder / "manifest.txt").write_text("\n".join(manifest.lines) + "\n")
-    result = subprocess.run(
-        [str(exe), str(folder / "manifest.txt")], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"emulated slot failed ({result.returncode}): {result.stderr}")
-    return drop_none(
-        tuple(manifest.read_back(t) if t is not None else None for t in _results(op, given))
+    dtype = call.args[0].dtype
+    allocate = {
+        name: (reference.shape, dtype)
+        for name, reference in zip(ALLOCATED.get(op, []), expected, strict=False)
+    }
+    return run_slot(
+        exe, folder, op, slot, PARAMS[op], call, allocate, lambda given: _results(op, given)
     )
 
 

@@ -1,0 +1,32 @@
+// Runs one call of the CUDA add, mul, cast or cat slot under the host
+// emulation (emulated_cuda.h) on the tensors of a manifest (driver.h) that
+// tests/test_cuda_elementwise_emulated.py writes.
+#include <string>
+
+#include "emulated_cuda.h"
+// The slot headers, rewritten by the test into its build folder.
+#include "cuda/add/vector.cuh"
+#include "cuda/cast/loop.cuh"
+#include "cuda/cat/copy.cuh"
+#include "cuda/mul/vector.cuh"
+#include "driver.h"
+
+int main(int argc, char** argv) {
+  using namespace emulation;  // NOLINT: the argument accessors
+  using namespace polyops;    // NOLINT: the op classes
+  return DriverMain(argc, argv,
+                    [](const std::string& op, int slot, const Args& a) {
+                      if (op == "add") {
+                        Run<Add>(slot, T(a[0]), T(a[1]), OptT(a[2]));
+                      } else if (op == "mul") {
+                        Run<Mul>(slot, T(a[0]), T(a[1]), OptT(a[2]));
+                      } else if (op == "cast") {
+                        Run<Cast>(slot, T(a[0]), Dtype(a[1]), OptT(a[2]));
+                      } else if (op == "cat") {
+                        Run<Cat>(slot, TList(a[0]), I(a[1]), OptT(a[2]));
+                      } else {
+                        return false;
+                      }
+                      return true;
+                    });
+}
