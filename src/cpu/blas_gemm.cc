@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
+#include "cpu/onednn.h"
 #include "cpu/parallel.h"
 
 namespace polyops::cpu {
@@ -188,6 +191,32 @@ void RunReduced(const GemmLayout& l, float alpha, float beta, const T* a,
   });
 }
 
+enum class GemmChoice { kAuto, kOneDnn, kOwn, kOpenBlas };
+
+// POLYOPS_CPU_GEMM, read per call so that tests and benchmarks can switch
+// paths in one process (a getenv is ~50 ns next to a product's microseconds).
+GemmChoice ChosenPath(const char* op) {
+  const char* value = std::getenv("POLYOPS_CPU_GEMM");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    return GemmChoice::kAuto;
+  }
+  if (std::strcmp(value, "onednn") == 0) return GemmChoice::kOneDnn;
+  if (std::strcmp(value, "own") == 0) return GemmChoice::kOwn;
+  if (std::strcmp(value, "openblas") == 0) return GemmChoice::kOpenBlas;
+  throw InvalidArgument(detail::Concat(
+      "polyops.", op,
+      ": environment variable POLYOPS_CPU_GEMM must be auto, onednn, own or "
+      "openblas, got '",
+      value, "'"));
+}
+
+// auto runs oneDNN for bfloat16 where its effective ISA has AMX: the tile
+// units, which polyops' own AVX512-BF16 kernels cannot use. Elsewhere the
+// own kernels measured at least as fast (docs/cpu_gemm.md).
+bool PreferOneDnn(DataType dtype) {
+  return dtype == DataType::kBFloat16 && onednn::HasAmx();
+}
+
 }  // namespace
 
 void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
@@ -196,6 +225,7 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
   if (l.batch == 0 || l.m == 0 || l.n == 0) return;
   const auto alpha_f = static_cast<float>(alpha);
   const auto beta_f = static_cast<float>(beta);
+  const GemmChoice choice = ChosenPath(op);
   SetLastGemmPath("openblas");
   DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -205,7 +235,12 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
     T* tout = static_cast<T*>(out);
     if (l.k == 0 || alpha_f == 0.0f) {
       FillScaledC(l, beta_f, tc, tout);
-    } else if (KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
+    } else if ((choice == GemmChoice::kOneDnn ||
+                (choice == GemmChoice::kAuto && PreferOneDnn(dtype))) &&
+               onednn::Gemm(op, l, dtype, alpha_f, beta_f, a, b, c, out)) {
+      SetLastGemmPath("onednn");
+    } else if (choice != GemmChoice::kOpenBlas &&
+               KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
       return;
     } else if constexpr (std::is_same_v<T, float>) {
       RunFloat(l, alpha_f, beta_f, ta, tb, tc, tout);
