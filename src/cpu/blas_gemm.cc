@@ -210,11 +210,31 @@ GemmChoice ChosenPath(const char* op) {
       value, "'"));
 }
 
-// auto runs oneDNN for bfloat16 where its effective ISA has AMX: the tile
-// units, which polyops' own AVX512-BF16 kernels cannot use. Elsewhere the
-// own kernels measured at least as fast (docs/cpu_gemm.md).
-bool PreferOneDnn(DataType dtype) {
-  return dtype == DataType::kBFloat16 && onednn::HasAmx();
+// The CPU has the AMX bfloat16 tile units (CPUID; Linux still has to grant
+// the tile state, which oneDNN requests). Checked before oneDNN is loaded,
+// so a CPU without AMX never opens the library in auto mode.
+bool CpuHasAmx() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("amx-bf16") &&
+         __builtin_cpu_supports("amx-tile");
+#else
+  return false;
+#endif
+}
+
+// auto runs oneDNN for bfloat16 products past the decode rows where its
+// effective ISA has AMX: the tile units, which polyops' own AVX512-BF16
+// kernels cannot use, matter where the product is compute bound. Decode
+// rows (m <= kSmallM) are bound by reading the weight, where the own
+// kernels matched or beat torch; without AMX the own kernels measured
+// faster than oneDNN on every benchmarked shape (docs/cpu_gemm.md).
+bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
+  if (dtype != DataType::kBFloat16) return false;
+  const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
+  if (rows <= kSmallM) return false;
+  static const bool cpu_has_amx = CpuHasAmx();
+  return cpu_has_amx && onednn::HasAmx();
 }
 
 }  // namespace
@@ -236,7 +256,7 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
     if (l.k == 0 || alpha_f == 0.0f) {
       FillScaledC(l, beta_f, tc, tout);
     } else if ((choice == GemmChoice::kOneDnn ||
-                (choice == GemmChoice::kAuto && PreferOneDnn(dtype))) &&
+                (choice == GemmChoice::kAuto && PreferOneDnn(l, dtype))) &&
                onednn::Gemm(op, l, dtype, alpha_f, beta_f, a, b, c, out)) {
       SetLastGemmPath("onednn");
     } else if (choice != GemmChoice::kOpenBlas &&
