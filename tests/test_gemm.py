@@ -431,6 +431,30 @@ def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
 
 
 # ---------------------------------------------------------------------------
+# POLYOPS_CPU_GEMM (docs/cpu_gemm.md; the forced onednn path: test_gemm_onednn.py)
+
+
+@pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
+def test_override_values(value, gen, monkeypatch):
+    """Each value runs the path it names; auto/unset keep a small float32 product on the own
+    kernels (OpenBLAS on a CPU without AVX-512)."""
+    a, b = make_tensor((40, 24), F32, gen), make_tensor((24, 36), F32, gen)
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", value)
+    out = torch.ops.polyops.matmul(a, b)
+    path = polyops._C._cpu_gemm_path()
+    expected = {"own": ("f32-packed", "openblas"), "openblas": ("openblas",)}
+    # auto: float32 at m = 40 stays on the own kernels on every CPU (docs/cpu_gemm.md).
+    assert path in expected.get(value, ("f32-packed", "openblas")), (value, path)
+    assert_product_close(out, ref_mm(a, b), F32, 24, mag_mm(a, b))
+
+
+def test_override_bad_value(monkeypatch):
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "mkl")
+    with pytest.raises(ValueError, match="polyops.matmul: .*POLYOPS_CPU_GEMM .*'mkl'"):
+        torch.ops.polyops.matmul(torch.ones(2, 2), torch.ones(2, 2))
+
+
+# ---------------------------------------------------------------------------
 # Bad inputs
 
 
