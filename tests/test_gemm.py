@@ -257,7 +257,9 @@ def test_linear_out_given(gen):
 # ---------------------------------------------------------------------------
 # The own AVX-512 kernels (src/cpu/gemm_kernels.cc, docs/cpu_gemm.md): shapes
 # that exercise their tiles, k tails, k passes and row/column blocks, in every
-# layout; on a CPU without the ISA the same cases run OpenBLAS.
+# layout; on a CPU without the ISA the same cases run OpenBLAS. Forced with
+# POLYOPS_CPU_GEMM=own (the kernel_path fixture).
+
 
 # (m, n, k): decode rows (m <= 32: b read in place), a k tail
 # under one vector, m past the decode blocking (the packed path: 12-row
@@ -265,6 +267,13 @@ def test_linear_out_given(gen):
 # k, k split into passes (past 4096 bfloat16 / 2048 float32 values; the odd
 # one in the last pass), several column strips of 256 and row blocks of up
 # to 192).
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """The kernel tests below run the own kernels (auto would take oneDNN for float32 past
+    the decode rows); test_gemm_onednn.py reruns them with oneDNN forced."""
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
+
+
 KERNEL_SHAPES = [
     (1, 1, 1),
     (1, 7, 33),
@@ -286,7 +295,7 @@ KERNEL_SHAPES = [
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("layout", ["nn", "nt", "tt", "tn"])
 @pytest.mark.parametrize("shape", KERNEL_SHAPES, ids=str)
-def test_kernel_shapes_and_layouts(shape, layout, dtype, gen):
+def test_kernel_shapes_and_layouts(shape, layout, dtype, gen, kernel_path):
     """gemm with c, alpha and beta; trans flags give column-major a / b ("t")."""
     m, n, k = shape
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
@@ -303,7 +312,7 @@ def test_kernel_shapes_and_layouts(shape, layout, dtype, gen):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("rows", [1, 3, 8, 32, 33])
-def test_kernel_decode_linear(rows, dtype, gen):
+def test_kernel_decode_linear(rows, dtype, gen, kernel_path):
     """linear at decode rows with bias, into a column-major and a row-padded out."""
     x = make_tensor((rows, 200), dtype, gen)
     w = make_tensor((90, 200), dtype, gen)
@@ -321,7 +330,7 @@ def test_kernel_decode_linear(rows, dtype, gen):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("b_shared", [False, True], ids=["batched_b", "shared_b"])
 @pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_col"])
-def test_kernel_batched(b_t, b_shared, dtype, gen):
+def test_kernel_batched(b_t, b_shared, dtype, gen, kernel_path):
     """Batches of products spread over the kernels' tasks, b per matrix or shared."""
     a = make_tensor((4, 40, 70), dtype, gen)  # m > 32: row-major b is packed
     b = make_tensor((70, 40) if b_shared else (4, 70, 40), dtype, gen)
@@ -334,7 +343,7 @@ def test_kernel_batched(b_t, b_shared, dtype, gen):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("m", [3, 50], ids=["decode", "packed"])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["b_row", "b_col"])
-def test_kernel_non_finite(m, trans_b, dtype, gen):
+def test_kernel_non_finite(m, trans_b, dtype, gen, kernel_path):
     """inf/nan reach exactly the outputs they reach in float64.
 
     n = 45 and k = 33 leave zero padding in the packed panels (columns past n,
@@ -436,16 +445,23 @@ def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
 
 @pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
 def test_override_values(value, gen, monkeypatch):
-    """Each value runs the path it names; auto/unset keep a small float32 product on the own
-    kernels (OpenBLAS on a CPU without AVX-512)."""
-    a, b = make_tensor((40, 24), F32, gen), make_tensor((24, 36), F32, gen)
-    monkeypatch.setenv("POLYOPS_CPU_GEMM", value)
-    out = torch.ops.polyops.matmul(a, b)
-    path = polyops._C._cpu_gemm_path()
+    """Each value runs the path it names; auto/unset run a float32 product past the decode
+    rows on oneDNN where it loads with AVX-512, else on the own kernels (OpenBLAS without
+    AVX-512), and decode rows on the own kernels."""
+    info = polyops._C._onednn_info()
+    onednn_f32 = info["available"] and info["isa"].startswith("avx512")
+    auto = ("onednn",) if onednn_f32 else ("f32-packed", "openblas")
     expected = {"own": ("f32-packed", "openblas"), "openblas": ("openblas",)}
-    # auto: float32 at m = 40 stays on the own kernels on every CPU (docs/cpu_gemm.md).
-    assert path in expected.get(value, ("f32-packed", "openblas")), (value, path)
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", value)
+    a, b = make_tensor((40, 24), F32, gen), make_tensor((24, 36), F32, gen)
+    out = torch.ops.polyops.matmul(a, b)
+    assert polyops._C._cpu_gemm_path() in expected.get(value, auto), value
     assert_product_close(out, ref_mm(a, b), F32, 24, mag_mm(a, b))
+    decode = make_tensor((8, 24), F32, gen)
+    out = torch.ops.polyops.matmul(decode, b)
+    decode_paths = {"openblas": ("openblas",)}.get(value, ("f32-axpy", "openblas"))
+    assert polyops._C._cpu_gemm_path() in decode_paths, value
+    assert_product_close(out, ref_mm(decode, b), F32, 24, mag_mm(decode, b))
 
 
 def test_override_bad_value(monkeypatch):

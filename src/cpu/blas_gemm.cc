@@ -212,7 +212,7 @@ GemmChoice ChosenPath(const char* op) {
 
 // The CPU has the AMX bfloat16 tile units (CPUID; Linux still has to grant
 // the tile state, which oneDNN requests). Checked before oneDNN is loaded,
-// so a CPU without AMX never opens the library in auto mode.
+// so that bfloat16 alone never opens the library on a CPU without AMX.
 bool CpuHasAmx() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   __builtin_cpu_init();
@@ -223,16 +223,17 @@ bool CpuHasAmx() {
 #endif
 }
 
-// auto runs oneDNN for bfloat16 products past the decode rows where its
-// effective ISA has AMX: the tile units, which polyops' own AVX512-BF16
-// kernels cannot use, matter where the product is compute bound. Decode
-// rows (m <= kSmallM) are bound by reading the weight, where the own
-// kernels matched or beat torch; without AMX the own kernels measured
-// faster than oneDNN on every benchmarked shape (docs/cpu_gemm.md).
+// auto runs oneDNN past the decode rows (m > kSmallM), where the product
+// is compute bound: for bfloat16 where its effective ISA has AMX (the tile
+// units, which polyops' own AVX512-BF16 kernels cannot use), for float32
+// where it has AVX-512 (its brgemm kernels measured 1.0-2.1x faster than
+// the own f32-packed kernel on Zen 4; docs/cpu_gemm.md). Decode rows are
+// bound by reading the weight; there the own kernels measured faster.
 bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
-  if (dtype != DataType::kBFloat16) return false;
   const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
   if (rows <= kSmallM) return false;
+  if (dtype == DataType::kFloat32) return onednn::HasAvx512();
+  if (dtype != DataType::kBFloat16) return false;
   static const bool cpu_has_amx = CpuHasAmx();
   return cpu_has_amx && onednn::HasAmx();
 }

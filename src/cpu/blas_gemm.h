@@ -1,9 +1,10 @@
 // The CPU matrix-product driver behind matmul, gemm and linear: oneDNN's
-// matmul (cpu/onednn.h) for bfloat16 on a CPU with AMX, polyops' own
-// AVX-512 kernels (cpu/gemm_kernels.h) where they apply, else OpenBLAS
-// sgemm (the scipy-openblas32 wheel) on float32 data, float16/bfloat16
-// converted through float32 workspaces. POLYOPS_CPU_GEMM=auto|onednn|own|
-// openblas overrides the choice (docs/cpu_gemm.md).
+// matmul (cpu/onednn.h) past the decode rows (float32 with AVX-512, bfloat16
+// with AMX), polyops' own AVX-512 kernels (cpu/gemm_kernels.h) where they
+// apply, else OpenBLAS sgemm (the scipy-openblas32 wheel) on float32 data,
+// float16/bfloat16 converted through float32 workspaces.
+// POLYOPS_CPU_GEMM=auto|onednn|own|openblas overrides the choice
+// (docs/cpu_gemm.md).
 #ifndef POLYOPS_CPU_BLAS_GEMM_H_
 #define POLYOPS_CPU_BLAS_GEMM_H_
 

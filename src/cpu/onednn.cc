@@ -13,6 +13,7 @@ Info GetInfo() {
 }
 void SetLibraryPath(const std::string&) {}
 bool HasAmx() { return false; }
+bool HasAvx512() { return false; }
 bool Gemm(const char*, const GemmLayout&, DataType, float, float, const void*,
           const void*, const void*, void*) {
   return false;
@@ -26,6 +27,7 @@ bool Gemm(const char*, const GemmLayout&, DataType, float, float, const void*,
 #include <oneapi/dnnl/dnnl.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -72,11 +74,13 @@ struct Api {
 #undef POLYOPS_DNNL_POINTER
 };
 
-// One load of the library. Never unloaded (dlclose) nor destroyed: cached
-// primitives and thread-local streams may still point into it.
+// One load of the library. Never unloaded (dlclose), and its engine is
+// never destroyed: thread-local streams may still refer to it.
 struct Library {
+  uint64_t id = 0;  // distinct per load (a new load may reuse the address)
   Api api;
   dnnl_engine_t engine = nullptr;
+  bool avx512 = false;  // effective ISA >= avx512_core
   Info info;
 };
 
@@ -136,7 +140,9 @@ void Check(dnnl_status_t status, const char* op, const char* call) {
 }
 
 std::shared_ptr<const Library> Load(const std::string& path) {
+  static std::atomic<uint64_t> loads{0};
   auto library = std::make_shared<Library>();
+  library->id = ++loads;
   Info& info = library->info;
   info.compiled = true;
   info.library = path.empty() ? "libdnnl.so.3" : path;
@@ -181,6 +187,8 @@ std::shared_ptr<const Library> Load(const std::string& path) {
   info.isa = IsaName(isa);
   info.amx =
       (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  library->avx512 =
+      (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
   const dnnl_status_t status =
       library->api.dnnl_engine_create(&library->engine, dnnl_cpu, 0);
   if (status != dnnl_success) {
@@ -250,13 +258,13 @@ thread_local std::shared_ptr<const Primitive> t_last_primitive;
 // A CPU stream per thread and library (streams are cheap; one per thread
 // keeps concurrent callers from sharing one).
 dnnl_stream_t ThreadStream(const Library& library, const char* op) {
-  thread_local const Library* owner = nullptr;
+  thread_local uint64_t owner = 0;
   thread_local dnnl_stream_t stream = nullptr;
-  if (owner != &library) {
+  if (owner != library.id) {
     Check(library.api.dnnl_stream_create(&stream, library.engine,
                                          dnnl_stream_default_flags),
           op, "dnnl_stream_create");
-    owner = &library;
+    owner = library.id;
   }
   return stream;
 }
@@ -441,6 +449,11 @@ bool HasAmx() {
   return library->info.available && library->info.amx;
 }
 
+bool HasAvx512() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->avx512;
+}
+
 bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
           float beta, const void* a, const void* b, const void* c, void* out) {
   const std::shared_ptr<const Library> library = Loaded();
@@ -452,8 +465,7 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
   Matrix src = Oriented(l.a, l.a_blas, l.batch, l.m, l.k, transpose);
   Matrix weights = Oriented(l.b, l.b_blas, l.batch, l.k, l.n, transpose);
   if (transpose) std::swap(src, weights);
-  Matrix dst = Oriented(l.out, l.out_blas, l.batch, l.m, l.n, transpose);
-  dst.batch = l.batch;
+  const Matrix dst = Oriented(l.out, l.out_blas, l.batch, l.m, l.n, transpose);
   const int ndims = l.batch > 1 ? 3 : 2;
   const bool use_sum = l.has_c && beta != 0.0f;
   const std::array<Matrix, 3> operands{src, weights, dst};

@@ -38,6 +38,10 @@ void SetLibraryPath(const std::string& path);
 // where it beats polyops' own AVX512-BF16 kernels.
 bool HasAmx();
 
+// True when oneDNN is loaded and its effective ISA has at least AVX-512
+// (avx512_core), the ISA its float32 kernels were measured on.
+bool HasAvx512();
+
 // out = alpha * a @ b (+ beta * c when layout.has_c and beta != 0) with a
 // oneDNN matmul primitive, and true; false without touching out when oneDNN
 // is unavailable or has no implementation for this dtype and layout (the
