@@ -226,9 +226,9 @@ bool CpuHasAmx() {
 // auto runs oneDNN past the decode rows (m > kSmallM), where the product
 // is compute bound: for bfloat16 where its effective ISA has AMX (the tile
 // units, which polyops' own AVX512-BF16 kernels cannot use), for float32
-// where it has AVX-512 (its brgemm kernels measured 1.0-2.1x faster than
-// the own f32-packed kernel on Zen 4; docs/cpu_gemm.md). Decode rows are
-// bound by reading the weight; there the own kernels measured faster.
+// where it has AVX-512 (its kernels beat the own f32-packed kernel in 23 of
+// 25 comparisons on Zen 4; docs/cpu_gemm.md). Decode rows are bound by
+// reading the weight; there the own kernels measured faster.
 bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
   const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
   if (rows <= kSmallM) return false;
