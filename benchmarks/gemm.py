@@ -48,6 +48,7 @@ Usage::
     python benchmarks/gemm.py --no-large       # without the 4096 x 11008 x 4096 rows
     python benchmarks/gemm.py --repeats 11 --threads 2
     python benchmarks/gemm.py --paths auto,onednn --threads 2   # own kernels vs oneDNN
+    python benchmarks/gemm.py --paths own,onednn --shape 64x4096x4096 --shape 512x512x512
 """
 
 from __future__ import annotations
@@ -222,6 +223,13 @@ def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Calla
 def cases_for(args: argparse.Namespace) -> list[Case]:
     """The cases to run for the command line."""
     dtypes = ["f32"] if args.no_bf16 else ["f32", "bf16"]
+    if args.shape:
+        return [
+            Case("custom", op, dt, m, n, k)
+            for dt in dtypes
+            for (m, n, k) in args.shape
+            for op in OPS
+        ]
     decode_nk = 512 if args.quick else 4096
     decode_ms = (1, 8) if args.quick else (1, 8, 32)
     size = args.size
@@ -281,6 +289,15 @@ def bench_case(
     return results
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"64x4096x4096"`` -> (64, 4096, 4096), each >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, got {text!r}")
+    m, n, k = (int(p) for p in parts)
+    return m, n, k
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
@@ -299,6 +316,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the 4096 x 11008 x 4096 rows (seconds per call on small machines)",
     )
     parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 rows")
+    parser.add_argument(
+        "--shape",
+        type=parse_shape,
+        action="append",
+        default=[],
+        metavar="MxNxK",
+        help="run matmul, gemm and linear at this m x n x k instead of the standard cases "
+        "(repeatable)",
+    )
     parser.add_argument(
         "--paths",
         default="auto",
