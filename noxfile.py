@@ -16,6 +16,11 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"
 # OpenBLAS (matmul, gemm, linear): linked at build time, loaded at run time.
 OPENBLAS = "scipy-openblas32>=0.3.27"
+# oneDNN (matmul, gemm, linear; docs/cpu_gemm.md): headers at build time,
+# the library opened at run time. pyproject.toml lists both, but this
+# session installs with --no-deps and without build isolation.
+X86_LINUX = "; sys_platform == 'linux' and platform_machine == 'x86_64'"
+ONEDNN = ["onednn-devel-cpu-gomp==2023.2.0" + X86_LINUX, "onednn-cpu-gomp==2023.2.0" + X86_LINUX]
 BUILD_REQUIREMENTS = ["scikit-build-core>=1.1", "pybind11>=2.12", "ninja", "cmake>=3.18"]
 # With nvcc on the machine the tests run against a build that also compiles
 # the CUDA backend (compile-only without a GPU; docs/cuda.md). cuBLAS headers
@@ -45,7 +50,7 @@ BUILD_TIMEOUT_S = 1500
 @nox.session
 def tests(session: nox.Session) -> None:
     """Build polyops against the session's torch and run every test (tests/ and .ci/tests/)."""
-    session.install(TORCH, OPENBLAS, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml", "numpy")
+    session.install(TORCH, OPENBLAS, *ONEDNN, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml", "numpy")
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     config = []
     env = {}

@@ -21,10 +21,16 @@ Cases, float32 and bfloat16 each (the targets of issue 13):
   cores), skipped by ``--no-large``.
 
 Every candidate is checked against torch before anything is timed, and the
-"path" column says which polyops CPU path ran: ``bf16-dot`` / ``bf16-pair`` /
-``bf16-packed`` (own AVX512-BF16 kernels), ``f32-dot`` / ``f32-axpy`` /
-``f32-packed`` (own AVX-512F kernels) or ``openblas`` (sgemm; see
-docs/cpu_gemm.md).
+"path" column says which polyops CPU path ran: ``onednn`` (oneDNN's matmul;
+the header prints its version and effective ISA), ``bf16-dot`` /
+``bf16-pair`` / ``bf16-packed`` (own AVX512-BF16 kernels), ``f32-dot`` /
+``f32-axpy`` / ``f32-packed`` (own AVX-512F kernels) or ``openblas`` (sgemm;
+see docs/cpu_gemm.md).
+
+``--paths auto,onednn`` times polyops once per value of ``POLYOPS_CPU_GEMM``
+(``auto``, ``onednn``, ``own``, ``openblas``), all interleaved with torch in
+one measurement, so one run shows e.g. the own kernels and oneDNN side by
+side against torch; each gets its own row and ratio.
 
 GFLOP/s = 2 * m * n * k / median seconds per call / 1e9 (the alpha/beta/bias
 terms are not counted); GB/s = bytes of a, b and out / median seconds (what
@@ -41,12 +47,16 @@ Usage::
     python benchmarks/gemm.py --quick          # smoke test (m <= 8, n = k = 512; few repeats)
     python benchmarks/gemm.py --no-large       # without the 4096 x 11008 x 4096 rows
     python benchmarks/gemm.py --repeats 11 --threads 2
+    python benchmarks/gemm.py --paths auto,onednn --threads 2   # own kernels vs oneDNN
+    python benchmarks/gemm.py --paths own,onednn --shape 64x4096x4096 --shape 512x512x512
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import timeit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +84,8 @@ ALPHA = 0.5
 BETA = 2.0
 OPS = ("matmul", "gemm", "linear")
 DTYPES: dict[str, torch.dtype] = {"f32": torch.float32, "bf16": torch.bfloat16}
+#: The values of POLYOPS_CPU_GEMM (src/cpu/blas_gemm.cc).
+PATHS = ("auto", "onednn", "own", "openblas")
 REFERENCES = {
     "matmul": "torch.matmul(out=)",
     "gemm": "torch.addmm(out=)",
@@ -105,6 +117,47 @@ class Case:
         """Bytes of a, b and out, each touched once (the decode rows' memory floor)."""
         size = DTYPES[self.dtype].itemsize
         return size * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+
+class PathTimer(timeit.Timer):
+    """A timer that runs `inner` with ``POLYOPS_CPU_GEMM=path`` (read per call by polyops).
+
+    The variable is set around each timed loop, not per call, so the loop
+    body is still exactly the polyops call.
+    """
+
+    def __init__(self, inner: timeit.Timer, path: str) -> None:  # noqa: D107
+        self.inner = inner
+        self.path = path
+
+    def timeit(self, number: int = 1_000_000) -> float:
+        with forced_path(self.path):
+            return self.inner.timeit(number)
+
+
+class forced_path:  # noqa: N801  (used like a function)
+    """Context manager: ``POLYOPS_CPU_GEMM=path`` inside, the previous value after."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get("POLYOPS_CPU_GEMM")
+        os.environ["POLYOPS_CPU_GEMM"] = self.path
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is None:
+            del os.environ["POLYOPS_CPU_GEMM"]
+        else:
+            os.environ["POLYOPS_CPU_GEMM"] = self.saved
+
+
+def onednn_summary() -> str:
+    """oneDNN's version and effective ISA, or why it is not available."""
+    info = polyops._C._onednn_info()
+    if not info["available"]:
+        return f"oneDNN unavailable ({info['reason']})"
+    return f"oneDNN {info['version']} isa {info['isa']} (AMX: {info['amx']}) from {info['library']}"
 
 
 def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Callable[[], Any]]:
@@ -170,6 +223,13 @@ def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Calla
 def cases_for(args: argparse.Namespace) -> list[Case]:
     """The cases to run for the command line."""
     dtypes = ["f32"] if args.no_bf16 else ["f32", "bf16"]
+    if args.shape:
+        return [
+            Case("custom", op, dt, m, n, k)
+            for dt in dtypes
+            for (m, n, k) in args.shape
+            for op in OPS
+        ]
     decode_nk = 512 if args.quick else 4096
     decode_ms = (1, 8) if args.quick else (1, 8, 32)
     size = args.size
@@ -189,32 +249,53 @@ def cases_for(args: argparse.Namespace) -> list[Case]:
     return found
 
 
-def bench_case(case: Case, *, repeats: int, target_s: float) -> dict[str, Any]:
-    """Check, then time polyops and torch interleaved for one case."""
+def bench_case(
+    case: Case, *, paths: Sequence[str], repeats: int, target_s: float
+) -> list[dict[str, Any]]:
+    """Check, then time polyops (once per POLYOPS_CPU_GEMM value) and torch interleaved."""
     mine_timer, ref_timer, check = build(case)
-    check()
-    path = polyops._C._cpu_gemm_path()
-    mine_name = f"polyops.{case.op}(out=)"
+    ran: dict[str, str] = {}
+    for path in paths:
+        with forced_path(path):
+            check()
+            ran[path] = polyops._C._cpu_gemm_path()
+    names = {path: f"polyops.{case.op}(out=) [{path}]" for path in paths}
     ref_name = REFERENCES[case.op]
     big = case.flops >= 2 * 2048**3
     timings = measure(
-        {mine_name: mine_timer, ref_name: ref_timer},
+        {**{names[p]: PathTimer(mine_timer, p) for p in paths}, ref_name: ref_timer},
         repeats=repeats,
         # One call per sample for the large cases (seconds each); warm-up is the check.
         number=1 if big else None,
         target_s=target_s,
         warmup=1 if big else 3,
     )
-    mine, ref = timings[mine_name], timings[ref_name]
-    ratio = paired_ratio(ref, mine)
-    return {
-        "case": case,
-        "path": path,
-        "mine": mine,
-        "ref": ref,
-        "ratio": ratio,
-        "result": verdict(ratio >= TARGET),
-    }
+    ref = timings[ref_name]
+    results = []
+    for path in paths:
+        mine = timings[names[path]]
+        ratio = paired_ratio(ref, mine)
+        results.append(
+            {
+                "case": case,
+                "requested": path,
+                "path": ran[path],
+                "mine": mine,
+                "ref": ref,
+                "ratio": ratio,
+                "result": verdict(ratio >= TARGET),
+            }
+        )
+    return results
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"64x4096x4096"`` -> (64, 4096, 4096), each >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, got {text!r}")
+    m, n, k = (int(p) for p in parts)
+    return m, n, k
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -235,6 +316,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the 4096 x 11008 x 4096 rows (seconds per call on small machines)",
     )
     parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 rows")
+    parser.add_argument(
+        "--shape",
+        type=parse_shape,
+        action="append",
+        default=[],
+        metavar="MxNxK",
+        help="run matmul, gemm and linear at this m x n x k instead of the standard cases "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--paths",
+        default="auto",
+        help="comma-separated POLYOPS_CPU_GEMM values to time side by side "
+        f"({', '.join(PATHS)}; default auto)",
+    )
     add_run_arguments(
         parser,
         __file__,
@@ -248,6 +344,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = finish_run_arguments(parser.parse_args(argv))
     if args.size is None:
         args.size = 256 if args.quick else 1024
+    args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    bad = [p for p in args.paths if p not in PATHS]
+    if bad or not args.paths or len(set(args.paths)) != len(args.paths):
+        parser.error(f"--paths: expected distinct values of {', '.join(PATHS)}, got {args.paths}")
     return args
 
 
@@ -259,15 +359,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"polyops {polyops.__version__} | torch {torch.__version__} | "
         f"threads {torch.get_num_threads()} | load {load_average()} |\n"
         f"repeats {args.repeats} | sample ~{args.sample_ms:g} ms | "
-        f"slots {polyops.implementations('matmul')}"
+        f"slots {polyops.implementations('matmul')} | POLYOPS_CPU_GEMM {','.join(args.paths)}\n"
+        f"{onednn_summary()}"
     )
     print()
 
     results = []
     for c in cases:
-        results.append(bench_case(c, repeats=args.repeats, target_s=args.sample_ms / 1e3))
-        r = results[-1]
-        print(f"  {c.group} {c.op} {c.dtype} {c.shape}: {r['path']}, {r['ratio']:.2f}x", flush=True)
+        case_results = bench_case(
+            c, paths=args.paths, repeats=args.repeats, target_s=args.sample_ms / 1e3
+        )
+        results += case_results
+        summary = ", ".join(
+            f"[{r['requested']}] {r['path']} {r['ratio']:.2f}x" for r in case_results
+        )
+        print(f"  {c.group} {c.op} {c.dtype} {c.shape}: {summary}", flush=True)
     print()
 
     rows: list[list[str]] = []
@@ -281,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 case.op,
                 case.dtype,
                 case.shape,
+                r["requested"],
                 r["path"],
                 f"{mine.median * 1e3:.3f}",
                 f"{case.flops / mine.median / 1e9:.1f}",
@@ -299,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "op",
             "dtype",
             "m x n x k",
+            "requested",
             "polyops path",
             "polyops ms",
             "GFLOP/s",
@@ -337,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "quick": args.quick,
                 "threads": torch.get_num_threads(),
                 "slots": {str(k): v for k, v in polyops.implementations("matmul").items()},
+                "paths": args.paths,
+                "onednn": polyops._C._onednn_info(),
             },
             "target": {"min_ratio_torch_over_polyops": TARGET},
             "cases": [
@@ -349,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "k": r["case"].k,
                     "flops": r["case"].flops,
                     "reference": REFERENCES[r["case"].op],
+                    "requested_path": r["requested"],
                     "polyops_path": r["path"],
                     "ratio_torch_over_polyops": r["ratio"],
                     "target": TARGET,

@@ -257,7 +257,9 @@ def test_linear_out_given(gen):
 # ---------------------------------------------------------------------------
 # The own AVX-512 kernels (src/cpu/gemm_kernels.cc, docs/cpu_gemm.md): shapes
 # that exercise their tiles, k tails, k passes and row/column blocks, in every
-# layout; on a CPU without the ISA the same cases run OpenBLAS.
+# layout; on a CPU without the ISA the same cases run OpenBLAS. Forced with
+# POLYOPS_CPU_GEMM=own (the kernel_path fixture).
+
 
 # (m, n, k): decode rows (m <= 32: b read in place), a k tail
 # under one vector, m past the decode blocking (the packed path: 12-row
@@ -265,6 +267,13 @@ def test_linear_out_given(gen):
 # k, k split into passes (past 4096 bfloat16 / 2048 float32 values; the odd
 # one in the last pass), several column strips of 256 and row blocks of up
 # to 192).
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """The kernel tests below run the own kernels (auto would take oneDNN for float32 past
+    the decode rows); test_gemm_onednn.py reruns them with oneDNN forced."""
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
+
+
 KERNEL_SHAPES = [
     (1, 1, 1),
     (1, 7, 33),
@@ -286,7 +295,7 @@ KERNEL_SHAPES = [
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("layout", ["nn", "nt", "tt", "tn"])
 @pytest.mark.parametrize("shape", KERNEL_SHAPES, ids=str)
-def test_kernel_shapes_and_layouts(shape, layout, dtype, gen):
+def test_kernel_shapes_and_layouts(shape, layout, dtype, gen, kernel_path):
     """gemm with c, alpha and beta; trans flags give column-major a / b ("t")."""
     m, n, k = shape
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
@@ -303,7 +312,7 @@ def test_kernel_shapes_and_layouts(shape, layout, dtype, gen):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("rows", [1, 3, 8, 32, 33])
-def test_kernel_decode_linear(rows, dtype, gen):
+def test_kernel_decode_linear(rows, dtype, gen, kernel_path):
     """linear at decode rows with bias, into a column-major and a row-padded out."""
     x = make_tensor((rows, 200), dtype, gen)
     w = make_tensor((90, 200), dtype, gen)
@@ -321,7 +330,7 @@ def test_kernel_decode_linear(rows, dtype, gen):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("b_shared", [False, True], ids=["batched_b", "shared_b"])
 @pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_col"])
-def test_kernel_batched(b_t, b_shared, dtype, gen):
+def test_kernel_batched(b_t, b_shared, dtype, gen, kernel_path):
     """Batches of products spread over the kernels' tasks, b per matrix or shared."""
     a = make_tensor((4, 40, 70), dtype, gen)  # m > 32: row-major b is packed
     b = make_tensor((70, 40) if b_shared else (4, 70, 40), dtype, gen)
@@ -334,7 +343,7 @@ def test_kernel_batched(b_t, b_shared, dtype, gen):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("m", [3, 50], ids=["decode", "packed"])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["b_row", "b_col"])
-def test_kernel_non_finite(m, trans_b, dtype, gen):
+def test_kernel_non_finite(m, trans_b, dtype, gen, kernel_path):
     """inf/nan reach exactly the outputs they reach in float64.
 
     n = 45 and k = 33 leave zero padding in the packed panels (columns past n,
@@ -378,8 +387,12 @@ def _cpu_flags() -> set[str]:
     not {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= _cpu_flags(),
     reason="the own kernels need AVX-512 with AVX512-BF16",
 )
-def test_kernel_paths_taken(gen):
-    """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md)."""
+def test_kernel_paths_taken(gen, monkeypatch):
+    """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md).
+
+    POLYOPS_CPU_GEMM=own: on a CPU with AMX, auto runs bfloat16 on oneDNN.
+    """
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
 
     def linear(dtype, m):
         polyops.linear(make_tensor((m, 64), dtype, gen), make_tensor((16, 64), dtype, gen))
@@ -408,8 +421,13 @@ def test_kernel_paths_taken(gen):
     [(F32, 1), (F32, 70), (BF16, 1), (BF16, 70)],
     ids=["float32-1", "float32-70", "bfloat16-1", "bfloat16-70"],
 )
-def test_kernel_deterministic_across_threads(dtype, m, gen):
-    """The own kernels give bitwise the same result with 1 and 2 threads, and when repeated."""
+def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
+    """The own kernels give bitwise the same result with 1 and 2 threads, and when repeated.
+
+    Forced to the own kernels: oneDNN (auto's bfloat16 path on AMX CPUs) does
+    not promise a summation order independent of the thread count.
+    """
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
     n, k = 300, 1100
     x, w = make_tensor((m, k), dtype, gen), make_tensor((n, k), dtype, gen)
     b = make_tensor((k, n), dtype, gen)
@@ -419,6 +437,37 @@ def test_kernel_deterministic_across_threads(dtype, m, gen):
         results.append((polyops.linear(x, w), polyops.matmul(x, b)))
     for other in results[1:]:
         assert torch.equal(other[0], results[0][0]) and torch.equal(other[1], results[0][1])
+
+
+# ---------------------------------------------------------------------------
+# POLYOPS_CPU_GEMM (docs/cpu_gemm.md; the forced onednn path: test_gemm_onednn.py)
+
+
+@pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
+def test_override_values(value, gen, monkeypatch):
+    """Each value runs the path it names; auto/unset run a float32 product past the decode
+    rows on oneDNN where it loads with AVX-512, else on the own kernels (OpenBLAS without
+    AVX-512), and decode rows on the own kernels."""
+    info = polyops._C._onednn_info()
+    onednn_f32 = info["available"] and info["isa"].startswith("avx512")
+    auto = ("onednn",) if onednn_f32 else ("f32-packed", "openblas")
+    expected = {"own": ("f32-packed", "openblas"), "openblas": ("openblas",)}
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", value)
+    a, b = make_tensor((40, 24), F32, gen), make_tensor((24, 36), F32, gen)
+    out = torch.ops.polyops.matmul(a, b)
+    assert polyops._C._cpu_gemm_path() in expected.get(value, auto), value
+    assert_product_close(out, ref_mm(a, b), F32, 24, mag_mm(a, b))
+    decode = make_tensor((8, 24), F32, gen)
+    out = torch.ops.polyops.matmul(decode, b)
+    decode_paths = {"openblas": ("openblas",)}.get(value, ("f32-axpy", "openblas"))
+    assert polyops._C._cpu_gemm_path() in decode_paths, value
+    assert_product_close(out, ref_mm(decode, b), F32, 24, mag_mm(decode, b))
+
+
+def test_override_bad_value(monkeypatch):
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "mkl")
+    with pytest.raises(ValueError, match="polyops.matmul: .*POLYOPS_CPU_GEMM .*'mkl'"):
+        torch.ops.polyops.matmul(torch.ones(2, 2), torch.ones(2, 2))
 
 
 # ---------------------------------------------------------------------------

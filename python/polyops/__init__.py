@@ -19,7 +19,7 @@ import warnings
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C, _torch_library
+from polyops import _C, _onednn, _torch_library
 
 
 def _major_minor(version: str) -> tuple[str, ...]:
@@ -34,6 +34,10 @@ if _major_minor(_C._torch_version) != _major_minor(torch.__version__):
         f"{torch.__version__} is installed; reinstall polyops against this torch "
         "(pip install --no-build-isolation .)"
     )
+
+# oneDNN (CPU matrix products, docs/cpu_gemm.md) is opened at its first use,
+# from the onednn-cpu-gomp wheel when installed, else the loader's path.
+_C._onednn_set_library(_onednn.library_path() or "")
 
 # The operators, as generated from src/base/*.h.
 add = _C.add

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
+#include "cpu/onednn.h"
 #include "cpu/parallel.h"
 
 namespace polyops::cpu {
@@ -188,6 +191,53 @@ void RunReduced(const GemmLayout& l, float alpha, float beta, const T* a,
   });
 }
 
+enum class GemmChoice { kAuto, kOneDnn, kOwn, kOpenBlas };
+
+// POLYOPS_CPU_GEMM, read per call so that tests and benchmarks can switch
+// paths in one process (a getenv is ~50 ns next to a product's microseconds).
+GemmChoice ChosenPath(const char* op) {
+  const char* value = std::getenv("POLYOPS_CPU_GEMM");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) {
+    return GemmChoice::kAuto;
+  }
+  if (std::strcmp(value, "onednn") == 0) return GemmChoice::kOneDnn;
+  if (std::strcmp(value, "own") == 0) return GemmChoice::kOwn;
+  if (std::strcmp(value, "openblas") == 0) return GemmChoice::kOpenBlas;
+  throw InvalidArgument(detail::Concat(
+      "polyops.", op,
+      ": environment variable POLYOPS_CPU_GEMM must be auto, onednn, own or "
+      "openblas, got '",
+      value, "'"));
+}
+
+// The CPU has the AMX bfloat16 tile units (CPUID; Linux still has to grant
+// the tile state, which oneDNN requests). Checked before oneDNN is loaded,
+// so that bfloat16 alone never opens the library on a CPU without AMX.
+bool CpuHasAmx() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("amx-bf16") &&
+         __builtin_cpu_supports("amx-tile");
+#else
+  return false;
+#endif
+}
+
+// auto runs oneDNN past the decode rows (m > kSmallM), where the product
+// is compute bound: for bfloat16 where its effective ISA has AMX (the tile
+// units, which polyops' own AVX512-BF16 kernels cannot use), for float32
+// where it has AVX-512 (its kernels beat the own f32-packed kernel in 23 of
+// 25 comparisons on Zen 4; docs/cpu_gemm.md). Decode rows are bound by
+// reading the weight; there the own kernels measured faster.
+bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
+  const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
+  if (rows <= kSmallM) return false;
+  if (dtype == DataType::kFloat32) return onednn::HasAvx512();
+  if (dtype != DataType::kBFloat16) return false;
+  static const bool cpu_has_amx = CpuHasAmx();
+  return cpu_has_amx && onednn::HasAmx();
+}
+
 }  // namespace
 
 void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
@@ -196,6 +246,7 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
   if (l.batch == 0 || l.m == 0 || l.n == 0) return;
   const auto alpha_f = static_cast<float>(alpha);
   const auto beta_f = static_cast<float>(beta);
+  const GemmChoice choice = ChosenPath(op);
   SetLastGemmPath("openblas");
   DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -205,7 +256,12 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
     T* tout = static_cast<T*>(out);
     if (l.k == 0 || alpha_f == 0.0f) {
       FillScaledC(l, beta_f, tc, tout);
-    } else if (KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
+    } else if ((choice == GemmChoice::kOneDnn ||
+                (choice == GemmChoice::kAuto && PreferOneDnn(l, dtype))) &&
+               onednn::Gemm(op, l, dtype, alpha_f, beta_f, a, b, c, out)) {
+      SetLastGemmPath("onednn");
+    } else if (choice != GemmChoice::kOpenBlas &&
+               KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
       return;
     } else if constexpr (std::is_same_v<T, float>) {
       RunFloat(l, alpha_f, beta_f, ta, tb, tc, tout);

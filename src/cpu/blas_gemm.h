@@ -1,7 +1,10 @@
-// The CPU matrix-product driver behind matmul, gemm and linear: polyops'
-// own AVX-512 kernels (cpu/gemm_kernels.h) where they apply, else OpenBLAS
-// sgemm (the scipy-openblas32 wheel) on float32 data, float16/bfloat16
-// converted through float32 workspaces.
+// The CPU matrix-product driver behind matmul, gemm and linear: oneDNN's
+// matmul (cpu/onednn.h) past the decode rows (float32 with AVX-512, bfloat16
+// with AMX), polyops' own AVX-512 kernels (cpu/gemm_kernels.h) where they
+// apply, else OpenBLAS sgemm (the scipy-openblas32 wheel) on float32 data,
+// float16/bfloat16 converted through float32 workspaces.
+// POLYOPS_CPU_GEMM=auto|onednn|own|openblas overrides the choice
+// (docs/cpu_gemm.md).
 #ifndef POLYOPS_CPU_BLAS_GEMM_H_
 #define POLYOPS_CPU_BLAS_GEMM_H_
 
@@ -12,7 +15,8 @@ namespace polyops::cpu {
 
 // out = alpha * a @ b (+ beta * c when layout.has_c) on the data of a
 // validated layout; c may be null when !layout.has_c. Throws
-// InvalidArgument when out overlaps an input (other than out == c).
+// InvalidArgument when out overlaps an input (other than out == c) or
+// POLYOPS_CPU_GEMM has another value, BackendError when oneDNN fails.
 void BlasGemm(const char* op, const GemmLayout& layout, DataType dtype,
               double alpha, double beta, const void* a, const void* b,
               const void* c, void* out);

@@ -5,6 +5,7 @@
 
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
+#include "cpu/onednn.h"
 #include "python/binding_support.h"
 #include "python/torch_library.h"
 #ifdef POLYOPS_WITH_CUDA
@@ -170,6 +171,26 @@ PYBIND11_MODULE(_C, module) {
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
   module.def("_cpu_gemm_path", [] { return std::string(cpu::LastGemmPath()); });
+  // oneDNN, the CPU products' library path (docs/cpu_gemm.md): whether it
+  // is compiled in and loaded, its version, effective ISA and this thread's
+  // last primitive. Loads the library on first use.
+  module.def("_onednn_info", [] {
+    const cpu::onednn::Info info = cpu::onednn::GetInfo();
+    py::dict result;
+    result["compiled"] = info.compiled;
+    result["available"] = info.available;
+    result["amx"] = info.amx;
+    result["library"] = info.library;
+    result["version"] = info.version;
+    result["isa"] = info.isa;
+    result["reason"] = info.reason;
+    result["last_impl"] = info.last_impl;
+    return result;
+  });
+  // The libdnnl.so.3 to load at the next use ("" = the loader's search
+  // path); the package passes the onednn-cpu-gomp wheel's at import.
+  module.def("_onednn_set_library", &cpu::onednn::SetLibraryPath,
+             py::arg("path"));
   // The ISA variant the CPU row and attention kernels run on (the CPU's
   // flags capped by POLYOPS_CPU_ISA): "avx512", "avx2" or "baseline".
   module.def("_cpu_isa", [] {

@@ -1,0 +1,55 @@
+// oneDNN's matmul primitive as a path of the CPU matrix-product driver
+// (cpu/blas_gemm.cc). polyops never links oneDNN: the C API of libdnnl.so.3
+// (the onednn-cpu-gomp wheel, GNU OpenMP like torch) is resolved with
+// dlopen/dlsym at the first call that wants it. A build without the oneDNN
+// headers (CMake POLYOPS_ONEDNN=OFF, or AUTO without them) compiles the path
+// out; it then reports itself unavailable. See docs/cpu_gemm.md.
+#ifndef POLYOPS_CPU_ONEDNN_H_
+#define POLYOPS_CPU_ONEDNN_H_
+
+#include <string>
+
+#include "core/data_type.h"
+#include "core/gemm_layout.h"
+
+namespace polyops::cpu::onednn {
+
+struct Info {
+  bool compiled = false;   // built with the oneDNN headers
+  bool available = false;  // the library is loaded and usable
+  bool amx = false;        // its effective ISA has the AMX tile units
+  std::string library;     // the path dlopen was given
+  std::string version;     // "3.2.0"
+  std::string isa;         // oneDNN's effective ISA, e.g. "avx512_core_bf16"
+  std::string reason;      // why it is not available
+  std::string
+      last_impl;  // this thread's last primitive, e.g. "brg:avx512_core"
+};
+
+// Loads the library on first use (never throws: a failure is the reason).
+Info GetInfo();
+
+// The libdnnl.so.3 to load ("" = the loader's search path). Drops the
+// loaded state and the primitive cache, so the next call loads again: the
+// package hands the wheel's path at import, tests a bad one.
+void SetLibraryPath(const std::string& path);
+
+// True when oneDNN is loaded and its effective ISA has AMX (bfloat16 tiles),
+// where it beats polyops' own AVX512-BF16 kernels.
+bool HasAmx();
+
+// True when oneDNN is loaded and its effective ISA has at least AVX-512
+// (avx512_core), the ISA its float32 kernels were measured on.
+bool HasAvx512();
+
+// out = alpha * a @ b (+ beta * c when layout.has_c and beta != 0) with a
+// oneDNN matmul primitive, and true; false without touching out when oneDNN
+// is unavailable or has no implementation for this dtype and layout (the
+// caller then runs another path). Requires batch, m, n, k >= 1. Throws
+// BackendError naming `op` when a oneDNN call fails otherwise.
+bool Gemm(const char* op, const GemmLayout& layout, DataType dtype, float alpha,
+          float beta, const void* a, const void* b, const void* c, void* out);
+
+}  // namespace polyops::cpu::onednn
+
+#endif  // POLYOPS_CPU_ONEDNN_H_

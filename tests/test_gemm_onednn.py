@@ -1,0 +1,157 @@
+"""The oneDNN path of the CPU matrix products (docs/cpu_gemm.md), forced on.
+
+Every matmul / gemm / linear case of test_gemm.py runs again here with
+``POLYOPS_CPU_GEMM=onednn``, against the same float64 references, and each
+call that computes a product asserts that oneDNN ran it. Then: a library
+that cannot be loaded falls back to the own kernels, and what
+``_onednn_info()`` reports (the override's other values: test_gemm.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+import torch
+from conftest import BF16, F16, F32, make_tensor
+from test_gemm import (  # noqa: F401  (collected again, with oneDNN forced)
+    assert_product_close,
+    mag_mm,
+    test_gemm_alpha_beta,
+    test_gemm_batched_c_layouts,
+    test_gemm_k0_is_beta_c,
+    test_gemm_trans,
+    test_kernel_batched,
+    test_kernel_decode_linear,
+    test_kernel_non_finite,
+    test_kernel_shapes_and_layouts,
+    test_linear,
+    test_linear_layouts,
+    test_linear_out_given,
+    test_matmul,
+    test_matmul_layouts,
+    test_matmul_out_row_padding_untouched,
+)
+
+import polyops
+from polyops import _onednn
+from polyops.testing.references import matmul_reference as ref_mm
+
+INFO = polyops._C._onednn_info()
+
+pytestmark = pytest.mark.skipif(
+    not INFO["compiled"], reason=f"oneDNN is compiled out: {INFO['reason']}"
+)
+
+
+@functools.cache
+def _expected_path(dtype: torch.dtype) -> str:
+    """oneDNN runs float32 and bfloat16 everywhere it loads; float16 only where it has
+    a non-reference kernel (AVX512-FP16 / AMX-FP16), else the own/OpenBLAS paths run."""
+    if dtype in (F32, BF16):
+        return "onednn"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POLYOPS_CPU_GEMM", "onednn")
+        torch.ops.polyops.matmul(torch.ones(8, 8, dtype=dtype), torch.ones(8, 8, dtype=dtype))
+    path = polyops._C._cpu_gemm_path()
+    assert path in ("onednn", "openblas"), path
+    return path
+
+
+def _has_product(result: torch.Tensor, k: int, alpha: float) -> bool:
+    return result.numel() > 0 and k > 0 and alpha != 0
+
+
+@pytest.fixture(autouse=True)
+def onednn_forced(monkeypatch):
+    """POLYOPS_CPU_GEMM=onednn, and matmul/gemm/linear wrapped to check the path each call took."""
+    assert INFO["available"], f"oneDNN is compiled in but not loadable: {INFO['reason']}"
+    expected = {dtype: _expected_path(dtype) for dtype in (F32, BF16, F16)}
+    monkeypatch.setenv("POLYOPS_CPU_GEMM", "onednn")
+    calls = []
+
+    def check(result, k, alpha):
+        if _has_product(result, k, alpha):
+            path = polyops._C._cpu_gemm_path()
+            assert path == expected[result.dtype], (path, result.dtype)
+            calls.append(path)
+        return result
+
+    matmul, gemm, linear = polyops.matmul, polyops.gemm, polyops.linear
+
+    def checked_matmul(a, b, **kwargs):
+        return check(matmul(a, b, **kwargs), a.shape[-1], 1.0)
+
+    def checked_gemm(a, b, c=None, **kwargs):
+        k = a.shape[-2] if kwargs.get("trans_a", False) else a.shape[-1]
+        return check(gemm(a, b, c, **kwargs), k, kwargs.get("alpha", 1.0))
+
+    def checked_linear(x, w, bias=None, **kwargs):
+        return check(linear(x, w, bias, **kwargs), x.shape[-1], 1.0)
+
+    monkeypatch.setattr(polyops, "matmul", checked_matmul)
+    monkeypatch.setattr(polyops, "gemm", checked_gemm)
+    monkeypatch.setattr(polyops, "linear", checked_linear)
+    yield calls
+
+
+@pytest.fixture
+def kernel_path():
+    """test_gemm.py's kernel tests force the own kernels; here onednn_forced has set oneDNN."""
+
+
+def test_onednn_info():
+    """The loaded library reports a version, an ISA and the primitive it ran."""
+    assert INFO["available"], INFO["reason"]
+    assert INFO["version"].startswith("3."), INFO
+    assert INFO["isa"] not in ("", "other"), INFO
+    polyops.matmul(torch.ones(40, 64, dtype=BF16), torch.ones(64, 48, dtype=BF16))
+    info = polyops._C._onednn_info()
+    assert info["last_impl"] and not info["last_impl"].startswith("ref"), info
+    assert info["amx"] == info["isa"].startswith("avx512_core_amx"), info
+
+
+def test_wheel_library_located():
+    """The package hands the onednn-cpu-gomp wheel's library to the C++ side."""
+    path = _onednn.library_path()
+    if path is None:
+        assert INFO["library"] == "libdnnl.so.3", INFO  # the loader's search path
+    else:
+        assert os.path.samefile(INFO["library"], path), (INFO, path)
+
+
+def test_single_openmp_runtime():
+    """oneDNN runs on the libgomp that torch and polyops use: one OpenMP pool."""
+    polyops.matmul(torch.ones(64, 64), torch.ones(64, 64))
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        gomp = {line.split()[-1] for line in maps if "libgomp" in line}
+    assert len(gomp) == 1, gomp
+
+
+def test_unloadable_library_falls_back(gen, onednn_forced):
+    """A libdnnl.so.3 that cannot be opened: the own kernels (or OpenBLAS) run, and say so."""
+    a, b = make_tensor((40, 24), BF16, gen), make_tensor((24, 36), BF16, gen)
+    good = INFO["library"]
+    try:
+        polyops._C._onednn_set_library("/nonexistent/libdnnl.so.3")
+        info = polyops._C._onednn_info()
+        assert not info["available"] and "dlopen" in info["reason"], info
+        out = torch.ops.polyops.matmul(a, b)
+        assert polyops._C._cpu_gemm_path() in ("bf16-packed", "openblas")
+        assert_product_close(out, ref_mm(a, b), BF16, 24, mag_mm(a, b))
+    finally:
+        polyops._C._onednn_set_library(good if good != "libdnnl.so.3" else "")
+    assert polyops._C._onednn_info()["available"]
+    polyops.matmul(a, b)  # the wrapper asserts oneDNN ran it again
+    assert onednn_forced[-1] == "onednn"
+
+
+def test_primitive_reuse_across_shapes(gen):
+    """More shapes than the primitive cache holds, then the first again: results stay right."""
+    first = (make_tensor((5, 7), F32, gen), make_tensor((7, 3), F32, gen))
+    for n in range(1, 80):
+        a, b = make_tensor((3, 4), F32, gen), make_tensor((4, n), F32, gen)
+        assert_product_close(polyops.matmul(a, b), ref_mm(a, b), F32, 4, mag_mm(a, b))
+    a, b = first
+    assert_product_close(polyops.matmul(a, b), ref_mm(a, b), F32, 7, mag_mm(a, b))
