@@ -1,16 +1,18 @@
 // In-cache roofline of the CPU attention tile kernel (src/cpu/attention.h),
-// one thread, AVX-512 variant: the rate of its score and value products, of
-// one unmasked row group (products + online softmax) and of the whole tile
-// kernel on a T = 1024, 4-head, head size 128 prefill, each against the
-// measured 512-bit FMA and multiply + add peaks (benchmarks/attention.py
+// one thread, per ISA variant (AVX-512, AVX2, baseline SSE2): the rate of
+// its score and value products, of one unmasked row group (products +
+// online softmax) and of the whole tile kernel on a T = 1024, 4-head, head
+// size 128 prefill, each against the FMA and multiply + add peaks of that
+// variant's vector width measured in the same run (benchmarks/attention.py
 // gives the side-by-side ratios against SDPA; this says where the time
 // goes). Thread CPU time, best of 5, so time other processes hold the core
-// is not counted.
+// is not counted (cache and memory contention still is).
 //
 // Build and run (from the repository root; the flags are the library's):
 //   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \
-//     -Isrc benchmarks/attention_incache.cc src/cpu/convert.cc \
-//     -o build/attention_incache && build/attention_incache
+//     -Wno-psabi -Isrc benchmarks/attention_incache.cc src/cpu/convert.cc \
+//     -o build/attention_incache && build/attention_incache [avx512] [avx2]
+//     [baseline]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -103,7 +105,7 @@ __attribute__((target("avx512f,fma"), noinline)) double Peak(int64_t n) {
   Target __attribute__((noinline)) void Scores##Name(                          \
       const float* qs, const float* kt, float* s) {                            \
     for (int64_t i = 0; i < kReps; ++i) {                                      \
-      for (int64_t r0 = 0; r0 < kRows; r0 += kR) {                             \
+      for (int64_t r0 = 0; r0 + kR <= kRows; r0 += kR) {                       \
         ScoreRows<kR, V>(qs + r0 * kD, kD, kt, 0.1f,                           \
                          s + (r0 % 16) * kKeyTile);                            \
       }                                                                        \
@@ -111,9 +113,10 @@ __attribute__((target("avx512f,fma"), noinline)) double Peak(int64_t n) {
   }                                                                            \
   Target __attribute__((noinline)) void Values##Name(                          \
       float* acc, const float* p, const float* vs) {                           \
-    const float correction[4] = {1.0f, 1.0f, 1.0f, 1.0f};                      \
+    float correction[16];                                                      \
+    std::fill(correction, correction + 16, 1.0f);                              \
     for (int64_t i = 0; i < kReps; ++i) {                                      \
-      for (int64_t r0 = 0; r0 < kRows; r0 += kR) {                             \
+      for (int64_t r0 = 0; r0 + kR <= kRows; r0 += kR) {                       \
         AccumulateValueRows<kR, V>(acc + r0 * kD, kD, correction, p, vs,       \
                                    kKeyTile);                                  \
       }                                                                        \
@@ -134,7 +137,7 @@ __attribute__((target("avx512f,fma"), noinline)) double Peak(int64_t n) {
     std::fill(row_max, row_max + kRows, -1e30f);                               \
     const TileState state{row_max, row_sum, acc};                              \
     for (int64_t i = 0; i < kReps; ++i) {                                      \
-      for (int64_t r0 = 0; r0 < kRows; r0 += kR) {                             \
+      for (int64_t r0 = 0; r0 + kR <= kRows; r0 += kR) {                       \
         AttendRows<kR, kR, V>(a, seq, tile, r0, 0, kKeyTile, true, qs, kt, vs, \
                               s, state);                                       \
       }                                                                        \
@@ -199,7 +202,7 @@ void Report(const Variant& variant, int64_t row_group) {
       " (percentages below: of the FMA peak)\n",
       variant.name, variant.fma_peak, variant.mul_add_peak);
   std::vector<float> qs(kRows * kD, 0.01f), kt(kD * kKeyTile, 0.02f);
-  std::vector<float> s(16 * kKeyTile + 4 * kKeyTile, -1.0f);
+  std::vector<float> s(32 * kKeyTile, -1.0f);
   std::vector<float> acc(kRows * kD), vs(kKeyTile * kD, 0.3f);
   // One unit: one query row against one 64-key piece, kKeyTile * kD
   // multiply-adds for the scores and as many for the values.

@@ -198,11 +198,19 @@ typedef float Float4v __attribute__((vector_size(16)));
 template <typename V>
 inline constexpr int64_t kLanesOf = static_cast<int64_t>(sizeof(V) / 4);
 
-// Accumulators the blocked products keep in registers: half the register
-// file (32 zmm on AVX-512, 16 ymm / xmm otherwise), the rest holds the
-// loaded vectors and the broadcast.
+// Accumulators the blocked products may keep in registers: 16 of the 32 zmm
+// on AVX-512, 12 of the 16 ymm / xmm otherwise; the rest hold the loaded
+// vectors, the broadcast and a product.
 template <typename V>
-inline constexpr int64_t kAccumulatorsOf = kLanesOf<V> == kLanes ? 16 : 8;
+inline constexpr int64_t kAccumulatorsOf = kLanesOf<V> == kLanes ? 16 : 12;
+
+// The largest power of two <= n (n >= 1): blocks of whole vectors that
+// divide a 64-key piece.
+constexpr int64_t FloorPow2(int64_t n) {
+  int64_t p = 1;
+  while (2 * p <= n) p *= 2;
+  return p;
+}
 
 template <typename V>
 POLYOPS_INLINE V Load(const float* p) {
@@ -319,8 +327,8 @@ template <int64_t kRows, typename V = Float16v>
 POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
                               float scale, float* s) {
   constexpr int64_t kL = kLanesOf<V>;
-  constexpr int64_t kVecs =
-      std::max<int64_t>(1, std::min(kKeyTile / kL, kAccumulatorsOf<V> / kRows));
+  constexpr int64_t kVecs = FloorPow2(std::max<int64_t>(
+      1, std::min(kKeyTile / kL, kAccumulatorsOf<V> / kRows)));
   static_assert(kKeyTile % (kVecs * kL) == 0, "whole column blocks");
 #pragma GCC unroll 1
   for (int64_t c0 = 0; c0 < kKeyTile; c0 += kVecs * kL) {
@@ -439,8 +447,8 @@ POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
                                         const float* correction, const float* p,
                                         const float* vs, int64_t n) {
   constexpr int64_t kL = kLanesOf<V>;
-  constexpr int64_t kVecs =
-      std::clamp<int64_t>(kAccumulatorsOf<V> / kRows, 2, 8);
+  constexpr int64_t kVecs = std::clamp<int64_t>(
+      FloorPow2(std::max<int64_t>(1, kAccumulatorsOf<V> / kRows)), 2, 8);
   int64_t d0 = 0;
   if constexpr (kVecs > 2) {
     for (; d0 + kVecs * kL <= d_size; d0 += kVecs * kL) {
@@ -463,23 +471,25 @@ struct TileState {
   float* acc;
 };
 
-// Transposes 16 x 16 floats held in 16 vectors: block swaps of 8, 4, 2 and
-// 1 lanes between rows 8, 4, 2 and 1 apart (two-source shuffles).
-POLYOPS_INLINE void Transpose16(Float16v* m) {
-  constexpr int64_t kSteps[4] = {8, 4, 2, 1};
+// Transposes kL x kL floats held in kL vectors of kL lanes (16, 8 or 4):
+// block swaps of kL / 2, ..., 2, 1 lanes between rows that far apart
+// (two-source shuffles). Data movement only, so the variants agree.
+template <typename V>
+POLYOPS_INLINE void TransposeSquare(V* m) {
+  using Int = decltype(m[0] < m[0]);
+  constexpr int64_t kL = kLanesOf<V>;
 #pragma GCC unroll 4
-  for (int64_t t = 0; t < 4; ++t) {
-    const int64_t step = kSteps[t];
-    Int16v low, high;  // lanes of (row i, row i + step) for the new rows
-    for (int64_t l = 0; l < kLanes; ++l) {
+  for (int64_t step = kL / 2; step >= 1; step /= 2) {
+    Int low, high;  // lanes of (row i, row i + step) for the new rows
+    for (int64_t l = 0; l < kL; ++l) {
       const bool upper = (l & step) != 0;
-      low[l] = static_cast<int32_t>(upper ? kLanes + l - step : l);
-      high[l] = static_cast<int32_t>(upper ? kLanes + l : l + step);
+      low[l] = static_cast<int32_t>(upper ? kL + l - step : l);
+      high[l] = static_cast<int32_t>(upper ? kL + l : l + step);
     }
 #pragma GCC unroll 16
-    for (int64_t i = 0; i < kLanes; ++i) {
+    for (int64_t i = 0; i < kL; ++i) {
       if (i & step) continue;
-      const Float16v x = m[i], y = m[i + step];
+      const V x = m[i], y = m[i + step];
       m[i] = __builtin_shuffle(x, y, low);
       m[i + step] = __builtin_shuffle(x, y, high);
     }
@@ -487,22 +497,25 @@ POLYOPS_INLINE void Transpose16(Float16v* m) {
 }
 
 // kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
-// (the padding keys score 0 and are masked): 16 x 16 blocks transposed in
-// registers, a scalar loop for the last d_size % 16 dims.
+// (the padding keys score 0 and are masked): kL x kL blocks transposed in
+// registers of the variant's vector V, a scalar loop for the last
+// d_size % kL dims.
+template <typename V>
 POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
                                   int64_t d_size, float* kt) {
-  const int64_t d_vec = d_size - d_size % kLanes;
-  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kLanes) {
-    for (int64_t d0 = 0; d0 < d_vec; d0 += kLanes) {
-      Float16v m[kLanes];
+  constexpr int64_t kL = kLanesOf<V>;
+  const int64_t d_vec = d_size - d_size % kL;
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kL) {
+    for (int64_t d0 = 0; d0 < d_vec; d0 += kL) {
+      V m[kL];
 #pragma GCC unroll 16
-      for (int64_t i = 0; i < kLanes; ++i) {
-        m[i] = c0 + i < n ? LoadV(rows[c0 + i] + d0) : Float16v{};
+      for (int64_t i = 0; i < kL; ++i) {
+        m[i] = c0 + i < n ? Load<V>(rows[c0 + i] + d0) : V{};
       }
-      Transpose16(m);
+      TransposeSquare(m);
 #pragma GCC unroll 16
-      for (int64_t i = 0; i < kLanes; ++i) {
-        StoreV(kt + (d0 + i) * kKeyTile + c0, m[i]);
+      for (int64_t i = 0; i < kL; ++i) {
+        Store<V>(kt + (d0 + i) * kKeyTile + c0, m[i]);
       }
     }
   }
@@ -703,7 +716,7 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                 a.block_size, c0 + c, kv_head);
       k_rows[c] = StageIn(k_row, vs + c * d_size, d_size);
     }
-    TransposeKeys(k_rows, n, d_size, kt);
+    TransposeKeys<V>(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
       const T* v_row =
           KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head,
@@ -770,11 +783,14 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
 }
 
 // Rows per AttendRows group and per value block of each ISA variant, with
-// its vector (see kAccumulatorsOf): AVX-512 4 rows x 64 keys or dims = 16 of
-// its 32 zmm, a broadcast per 4 multiplies; AVX2 and SSE2 (16 ymm or xmm)
-// 4 rows x 2 vectors = 8 registers. They change only which rows share a
-// load, never an element's arithmetic, so the variants agree bit for bit.
-inline constexpr int64_t kAvx2Rows = 4;
+// its vector (see kAccumulatorsOf): AVX-512 4 rows x 4 zmm (64 keys or dims)
+// = 16 accumulators, a broadcast per 4 multiplies; AVX2 6 rows x 2 ymm (16
+// keys or dims) = 12, two loads per 6 broadcasts and 12 multiply-adds
+// (measured faster in-cache than 4 x 2 or 2 x 4); SSE2 4 rows x 2 xmm = 8
+// (its two-operand multiply needs a copy of the broadcast). They change only
+// which rows share a load, never an element's arithmetic, so the variants
+// agree bit for bit.
+inline constexpr int64_t kAvx2Rows = 6;
 inline constexpr int64_t kBaseRows = 4;
 
 template <int64_t kRows, int64_t kValueRows, typename V, typename T>
