@@ -61,7 +61,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     v[60, 0, 9], v[0, 1, 3] = nan, inf
     out[f"attention_specials_{dtype}"] = polyops.flash_attention(
         q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
-    # Attention rows in groups of 8, 4, 2 and 1 (126-row tiles of 3 heads),
+    # Attention rows in groups of 6 (AVX2), 4, 2 and 1 (126-row tiles of 3 heads),
     # head size 80 (a 16-dim tail), a sliding window, and paged decode.
     a = torch.Generator().manual_seed(11)
     q3 = torch.randn(150, 6, 80, generator=a).to(dtype)
