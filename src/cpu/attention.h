@@ -184,7 +184,6 @@ POLYOPS_INLINE const T* KvRow(const T* base, int64_t stride_block,
 // plain float arrays in a loop do not. Element-wise operations only, so
 // every ISA variant computes the same bits.
 typedef float Float16v __attribute__((vector_size(64)));
-typedef int32_t Int16v __attribute__((vector_size(64)));
 inline constexpr int64_t kLanes = 16;
 
 // The vector the products (ScoreRows, the value sums) run in, per ISA
@@ -221,16 +220,6 @@ POLYOPS_INLINE V Load(const float* p) {
 
 template <typename V>
 POLYOPS_INLINE void Store(float* p, V v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-
-POLYOPS_INLINE Float16v LoadV(const float* p) {
-  Float16v v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-POLYOPS_INLINE void StoreV(float* p, Float16v v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
@@ -308,7 +297,7 @@ POLYOPS_INLINE float MaxOfLanes(V x) {
 // Sum of 16 lanes in a fixed pairwise order (the same on every ISA).
 POLYOPS_INLINE float SumOfLanes(Float16v x) {
   float lanes[kLanes];
-  StoreV(lanes, x);
+  Store(lanes, x);
   for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
     for (int64_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
   }
