@@ -37,7 +37,9 @@ Targets (from the issue): prefill ratio >= 1.0, decode ratio >= 2.0, each case
 and dtype; printed as PASS/MISS (exit status stays 0). The header names the kernel
 path that ran: each op's default slot and, on CPU, the ISA variant of the attention
 tile kernel (AVX-512 / AVX2 / baseline, as polyops picks it from the CPU flags and
-``POLYOPS_CPU_ISA``). If this polyops build
+``POLYOPS_CPU_ISA``) and the capability torch's CPU kernels run at (``ATEN_CPU_CAPABILITY``
+caps it: compare the AVX2 variants with
+``POLYOPS_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2``). If this polyops build
 lacks an op, its rows say "not available in this build" and the run goes on.
 
 Usage::
@@ -345,6 +347,9 @@ def kernel_paths(device: str) -> str:
         parts.append(f"{op} slot {slot} ({name})")
     if device == "cpu":
         parts.append(f"CPU tile kernel {polyops._C._cpu_isa()}")
+        # ATEN_CPU_CAPABILITY=avx2 caps torch's own kernels (SDPA) the way
+        # POLYOPS_CPU_ISA=avx2 caps ours, for a like-with-like comparison.
+        parts.append(f"torch CPU kernels {torch.backends.cpu.get_cpu_capability()}")
     return ", ".join(parts)
 
 

@@ -16,6 +16,9 @@ import sys
 
 import torch
 
+from polyops.testing import ATTENTION
+from polyops.testing.references import flash_attention_reference
+
 SCRIPT = r"""
 import sys, torch, polyops
 inf, nan = float("inf"), float("nan")
@@ -58,7 +61,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     v[60, 0, 9], v[0, 1, 3] = nan, inf
     out[f"attention_specials_{dtype}"] = polyops.flash_attention(
         q, k, v, cu_seqlens_q=cq, cu_seqlens_kv=ck)
-    # Attention rows in groups of 8, 4, 2 and 1 (126-row tiles of 3 heads),
+    # Attention rows in groups of 6 (AVX2), 4, 2 and 1 (126-row tiles of 3 heads),
     # head size 80 (a 16-dim tail), a sliding window, and paged decode.
     a = torch.Generator().manual_seed(11)
     q3 = torch.randn(150, 6, 80, generator=a).to(dtype)
@@ -73,6 +76,15 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     lens = torch.tensor([37, 150, 0], dtype=torch.int32)
     table = torch.randint(0, 12, (3, 10), generator=a, dtype=torch.int32)
     out[f"paged_attention_{dtype}"] = polyops.paged_attention(q3[:3], kc, vc, lens, table)
+    # Head size 84 = 5 * 16 + 4: a scalar tail after the 16-, 8- and 4-float
+    # vector blocks of every variant; 37 keys (a partial key piece).
+    b = torch.Generator().manual_seed(13)
+    q4, k4, v4 = (torch.randn(n, h, 84, generator=b).to(dtype)
+                  for n, h in ((30, 4), (37, 2), (37, 2)))
+    cq4 = torch.tensor([0, 30], dtype=torch.int32)
+    ck4 = torch.tensor([0, 37], dtype=torch.int32)
+    out[f"attention_d84_{dtype}"] = polyops.flash_attention(
+        q4, k4, v4, cu_seqlens_q=cq4, cu_seqlens_kv=ck4, causal=True)
     s = torch.randn(3, 40, 50, generator=h).to(dtype)
     s[0, 1, 5], s[0, 2, 20], s[0, 3, :14], s[1, :, 7], s[2, 30, 45:] = nan, inf, -inf, -inf, nan
     out[f"causal_softmax_specials_{dtype}"] = polyops.causal_softmax(s)
@@ -151,6 +163,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
         for op in (
             "attention",
             "attention_tails",
+            "attention_d84",
             "paged_attention",
             "silu_and_mul",
             "silu_and_mul_vllm",
@@ -161,6 +174,21 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             key = f"{op}_{dtype}"
             for isa in ISAS[1:]:
                 assert torch.equal(results[isa][key], results["baseline"][key]), f"{key}: {isa}"
+        # Head size 84 (every variant's vector blocks and a scalar tail) against float64.
+        b = torch.Generator().manual_seed(13)
+        q4, k4, v4 = (
+            torch.randn(n, h, 84, generator=b).to(dtype) for n, h in ((30, 4), (37, 2), (37, 2))
+        )
+        reference = flash_attention_reference(
+            q4.double(),
+            k4.double(),
+            v4.double(),
+            cu_seqlens_q=torch.tensor([0, 30], dtype=torch.int32),
+            cu_seqlens_kv=torch.tensor([0, 37], dtype=torch.int32),
+        )
+        got = results["baseline"][f"attention_d84_{dtype}"].double()
+        limit = ATTENTION[dtype]
+        assert ((got - reference).abs() <= limit.atol + limit.rtol * reference.abs()).all(), dtype
         # The streaming and vector-tail paths (outputs over 16 MiB, rows of
         # 4100): float64 on normal data, then the bits of every variant.
         big, res, wb = results["baseline"][f"big_inputs_{dtype}"].double()

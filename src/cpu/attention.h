@@ -184,46 +184,76 @@ POLYOPS_INLINE const T* KvRow(const T* base, int64_t stride_block,
 // plain float arrays in a loop do not. Element-wise operations only, so
 // every ISA variant computes the same bits.
 typedef float Float16v __attribute__((vector_size(64)));
-typedef int32_t Int16v __attribute__((vector_size(64)));
 inline constexpr int64_t kLanes = 16;
 
-POLYOPS_INLINE Float16v LoadV(const float* p) {
-  Float16v v;
+// The vector the products (ScoreRows, the value sums) run in, per ISA
+// variant: one register of it, 16 floats on AVX-512, 8 on AVX2 (a Float16v
+// there spans 2 ymm and the register-blocked loops spilled), 4 on SSE2.
+// Only which elements share a load or a broadcast depends on it, never an
+// element's operations or their order, so every variant gives the same bits.
+typedef float Float8v __attribute__((vector_size(32)));
+typedef float Float4v __attribute__((vector_size(16)));
+
+template <typename V>
+inline constexpr int64_t kLanesOf = static_cast<int64_t>(sizeof(V) / 4);
+
+// Accumulators the blocked products may keep in registers: 16 of the 32 zmm
+// on AVX-512, 12 of the 16 ymm / xmm otherwise; the rest hold the loaded
+// vectors, the broadcast and a product.
+template <typename V>
+inline constexpr int64_t kAccumulatorsOf = kLanesOf<V> == kLanes ? 16 : 12;
+
+// The largest power of two <= n (n >= 1): blocks of whole vectors that
+// divide a 64-key piece.
+constexpr int64_t FloorPow2(int64_t n) {
+  int64_t p = 1;
+  while (2 * p <= n) p *= 2;
+  return p;
+}
+
+template <typename V>
+POLYOPS_INLINE V Load(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-POLYOPS_INLINE void StoreV(float* p, Float16v v) {
+template <typename V>
+POLYOPS_INLINE void Store(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-// exp(x) for x <= 0 (and -inf), 16 at a time: 2^n * p(r) with x = n ln2 +
-// r, |r| <= ln2 / 2, p a degree-6 Taylor polynomial (relative error below
-// 2e-7); x < -87 gives 0 and NaN stays NaN (a NaN or +inf score must turn
-// its row NaN, as softmax in IEEE arithmetic does).
-POLYOPS_INLINE Float16v ExpNonPositive(Float16v x) {
-  const Float16v floor_value = Float16v{} - 87.0f;
-  const Int16v keep = x >= floor_value;  // all ones where x >= -87
-  const Float16v clamped = keep ? x : floor_value;
+// exp(x) for x <= 0 (and -inf), a vector (Float16v, or the Float8v /
+// Float4v of the narrower variants: element-wise, so the same bits) at a
+// time: 2^n * p(r) with x = n ln2 + r, |r| <= ln2 / 2, p a degree-6 Taylor
+// polynomial (relative error below 2e-7); x < -87 gives 0 and NaN stays NaN
+// (a NaN or +inf score must turn its row NaN, as softmax in IEEE arithmetic
+// does).
+template <typename V>
+POLYOPS_INLINE V ExpNonPositive(V x) {
+  using Int = decltype(x < x);
+  const V floor_value = V{} - 87.0f;
+  const Int keep = x >= floor_value;  // all ones where x >= -87
+  const V clamped = keep ? x : floor_value;
   // Truncating x * log2(e) - 0.5 (<= 0) rounds x * log2(e) to nearest.
-  const Int16v n =
-      __builtin_convertvector(clamped * 1.44269504088896341f - 0.5f, Int16v);
-  const Float16v nf = __builtin_convertvector(n, Float16v);
+  const Int n =
+      __builtin_convertvector(clamped * 1.44269504088896341f - 0.5f, Int);
+  const V nf = __builtin_convertvector(n, V);
   // ln2 in two parts: n * 0.693359375 is exact for |n| <= 127.
-  const Float16v r = (clamped - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  Float16v p = Float16v{} + 1.0f / 720.0f;
+  const V r = (clamped - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  V p = V{} + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const Int16v bits = (n + 127) << 23;
-  Float16v scale;
+  const Int bits = (n + 127) << 23;
+  V scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  const Float16v result = p * scale;
-  const Int16v nan = x != x;
-  return keep ? result : nan ? x : Float16v{};
+  const V result = p * scale;
+  const Int nan = x != x;
+  return keep ? result : nan ? x : V{};
 }
 
 POLYOPS_INLINE float ExpNonPositive(float x) {
@@ -231,31 +261,43 @@ POLYOPS_INLINE float ExpNonPositive(float x) {
   return ExpNonPositive(v)[0];
 }
 
-// Largest of 16 lanes, NaN lanes left out (-inf when all are NaN or
-// -inf): a NaN score makes its row NaN through its exp, not through the
-// max. Max is exact, so the reduction order cannot change the bits.
-POLYOPS_INLINE float MaxOfLanes(Float16v x) {
-  const Float16v neg_inf = Float16v{} - std::numeric_limits<float>::infinity();
+// Largest lane of a vector (16, 8 or 4 floats), NaN lanes left out (-inf
+// when all are NaN or -inf): a NaN score makes its row NaN through its exp,
+// not through the max. Max is exact, so the reduction order cannot change
+// the value (only the sign of a zero max, and x - (+0) and x - (-0) differ
+// only for x = -0, whose exp is 1 either way).
+template <typename V>
+POLYOPS_INLINE float MaxOfLanes(V x) {
+  using Int = decltype(x < x);
+  constexpr int64_t kL = kLanesOf<V>;
+  const V neg_inf = V{} - std::numeric_limits<float>::infinity();
   x = x == x ? x : neg_inf;
-  const Int16v swap8 = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
-  const Int16v swap4 = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
-  const Int16v swap2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
-  const Int16v swap1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
-  Float16v y = __builtin_shuffle(x, swap8);
-  x = x > y ? x : y;
-  y = __builtin_shuffle(x, swap4);
-  x = x > y ? x : y;
-  y = __builtin_shuffle(x, swap2);
-  x = x > y ? x : y;
-  y = __builtin_shuffle(x, swap1);
-  x = x > y ? x : y;
+  // Constant shuffles (lane l ^ step), halving the live lanes each time.
+  auto fold = [&x](Int swap) {
+    const V y = __builtin_shuffle(x, swap);
+    x = x > y ? x : y;
+  };
+  if constexpr (kL == 16) {
+    fold(Int{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    fold(Int{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    fold(Int{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    fold(Int{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+  } else if constexpr (kL == 8) {
+    fold(Int{4, 5, 6, 7, 0, 1, 2, 3});
+    fold(Int{2, 3, 0, 1, 6, 7, 4, 5});
+    fold(Int{1, 0, 3, 2, 5, 4, 7, 6});
+  } else {
+    static_assert(kL == 4, "16, 8 or 4 lanes");
+    fold(Int{2, 3, 0, 1});
+    fold(Int{1, 0, 3, 2});
+  }
   return x[0];
 }
 
 // Sum of 16 lanes in a fixed pairwise order (the same on every ISA).
 POLYOPS_INLINE float SumOfLanes(Float16v x) {
   float lanes[kLanes];
-  StoreV(lanes, x);
+  Store(lanes, x);
   for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
     for (int64_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
   }
@@ -264,110 +306,78 @@ POLYOPS_INLINE float SumOfLanes(Float16v x) {
 
 // s[r * kKeyTile + c] = scale * dot(q row r, key c) for kRows query rows
 // (q rows d_size apart) against a staged key piece kt (transposed: d_size
-// rows of kKeyTile). The kRows * kKeyVecs accumulators stay in registers,
-// so each key vector loaded serves kRows rows and each q broadcast kKeyVecs
-// vectors; each dot sums in d order.
+// rows of kKeyTile), in column blocks of kVecs vectors: the kRows * kVecs
+// accumulators stay in registers, so each key vector loaded serves kRows
+// rows and each q broadcast kVecs vectors; each dot sums in d order.
 inline constexpr int64_t kKeyVecs = kKeyTile / kLanes;
 static_assert(kKeyTile == kKeyVecs * kLanes, "a key piece is whole vectors");
 
-template <int64_t kRows>
+template <int64_t kRows, typename V = Float16v>
 POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
                               float scale, float* s) {
-  Float16v acc[kRows][kKeyVecs];
+  constexpr int64_t kL = kLanesOf<V>;
+  constexpr int64_t kVecs = FloorPow2(std::max<int64_t>(
+      1, std::min(kKeyTile / kL, kAccumulatorsOf<V> / kRows)));
+  static_assert(kKeyTile % (kVecs * kL) == 0, "whole column blocks");
+#pragma GCC unroll 1
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kVecs * kL) {
+    V acc[kRows][kVecs];
 #pragma GCC unroll 16
-  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
 #pragma GCC unroll 16
-    for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] = Float16v{};
-  }
-  for (int64_t d = 0; d < d_size; ++d) {
-    Float16v k[kKeyVecs];
+      for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = V{};
+    }
+    for (int64_t d = 0; d < d_size; ++d) {
+      V k[kVecs];
 #pragma GCC unroll 16
-    for (int64_t v = 0; v < kKeyVecs; ++v) {
-      k[v] = LoadV(kt + d * kKeyTile + v * kLanes);
+      for (int64_t v = 0; v < kVecs; ++v) {
+        k[v] = Load<V>(kt + d * kKeyTile + c0 + v * kL);
+      }
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float qd = q[r * d_size + d];
+#pragma GCC unroll 16
+        for (int64_t v = 0; v < kVecs; ++v) acc[r][v] += qd * k[v];
+      }
     }
 #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r) {
-      const float qd = q[r * d_size + d];
 #pragma GCC unroll 16
-      for (int64_t v = 0; v < kKeyVecs; ++v) acc[r][v] += qd * k[v];
-    }
-  }
-#pragma GCC unroll 16
-  for (int64_t r = 0; r < kRows; ++r) {
-#pragma GCC unroll 16
-    for (int64_t v = 0; v < kKeyVecs; ++v) {
-      StoreV(s + r * kKeyTile + v * kLanes, acc[r][v] * scale);
+      for (int64_t v = 0; v < kVecs; ++v) {
+        Store<V>(s + r * kKeyTile + c0 + v * kL, acc[r][v] * scale);
+      }
     }
   }
 }
 
-// o[d0, d0 + 16 * kVecs) = o * correction + sum_c p[c] * v[c] over n value
-// rows (rows of vs d_size apart), the kVecs accumulators held in registers
-// across the rows; each dim sums in key order.
-template <int64_t kVecs>
-POLYOPS_INLINE void AccumulateValueVectors(float* o, int64_t d_size, int64_t d0,
-                                           float correction, const float* p,
-                                           const float* vs, int64_t n) {
-  Float16v a[kVecs];
-#pragma GCC unroll 8
-  for (int64_t k = 0; k < kVecs; ++k) {
-    a[k] = LoadV(o + d0 + k * kLanes) * correction;
-  }
-  for (int64_t c = 0; c < n; ++c) {
-    const float* v = vs + c * d_size + d0;
-#pragma GCC unroll 8
-    for (int64_t k = 0; k < kVecs; ++k) a[k] += p[c] * LoadV(v + k * kLanes);
-  }
-#pragma GCC unroll 8
-  for (int64_t k = 0; k < kVecs; ++k) StoreV(o + d0 + k * kLanes, a[k]);
-}
-
-// o = o * correction + sum_c p[c] * v[c] over n value rows: 128 dims at a
-// time (8 independent add chains, so one row is not bound by the add
-// latency), then 32, then one by one; each dim sums in key order.
-POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
-                                     const float* p, const float* vs,
-                                     int64_t n) {
-  int64_t d0 = 0;
-  for (; d0 + 8 * kLanes <= d_size; d0 += 8 * kLanes) {
-    AccumulateValueVectors<8>(o, d_size, d0, correction, p, vs, n);
-  }
-  for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
-    AccumulateValueVectors<2>(o, d_size, d0, correction, p, vs, n);
-  }
-  for (int64_t d = d0; d < d_size; ++d) {
-    float value = o[d] * correction;
-    for (int64_t c = 0; c < n; ++c) value += p[c] * vs[c * d_size + d];
-    o[d] = value;
-  }
-}
-
-// Dims [d0, d0 + 16 * kVecs) of AccumulateValues for kRows rows
-// (accumulators d_size apart, p rows kKeyTile apart) over the same n value
-// rows: each value vector loaded serves kRows rows, each p broadcast kVecs
-// vectors.
-template <int64_t kRows, int64_t kVecs>
+// Dims [d0, d0 + lanes * kVecs) of AccumulateValues for kRows rows
+// (accumulators d_size apart, p rows p_stride apart) over the same n value
+// rows (d_size apart), the kRows * kVecs accumulators held in registers
+// across the rows: each value vector loaded serves kRows rows, each p
+// broadcast kVecs vectors; each dim sums in key order.
+template <int64_t kRows, int64_t kVecs, typename V>
 POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
                                          const float* correction,
-                                         const float* p, const float* vs,
-                                         int64_t n) {
-  Float16v acc[kRows][kVecs];
+                                         const float* p, int64_t p_stride,
+                                         const float* vs, int64_t n) {
+  constexpr int64_t kL = kLanesOf<V>;
+  V acc[kRows][kVecs];
 #pragma GCC unroll 16
   for (int64_t r = 0; r < kRows; ++r) {
 #pragma GCC unroll 16
     for (int64_t k = 0; k < kVecs; ++k) {
-      acc[r][k] = LoadV(o + r * d_size + d0 + k * kLanes) * correction[r];
+      acc[r][k] = Load<V>(o + r * d_size + d0 + k * kL) * correction[r];
     }
   }
   for (int64_t c = 0; c < n; ++c) {
-    Float16v v[kVecs];
+    V v[kVecs];
 #pragma GCC unroll 16
     for (int64_t k = 0; k < kVecs; ++k) {
-      v[k] = LoadV(vs + c * d_size + d0 + k * kLanes);
+      v[k] = Load<V>(vs + c * d_size + d0 + k * kL);
     }
 #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r) {
-      const float pc = p[r * kKeyTile + c];
+      const float pc = p[r * p_stride + c];
 #pragma GCC unroll 16
       for (int64_t k = 0; k < kVecs; ++k) acc[r][k] += pc * v[k];
     }
@@ -376,37 +386,70 @@ POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
   for (int64_t r = 0; r < kRows; ++r) {
 #pragma GCC unroll 16
     for (int64_t k = 0; k < kVecs; ++k) {
-      StoreV(o + r * d_size + d0 + k * kLanes, acc[r][k]);
+      Store<V>(o + r * d_size + d0 + k * kL, acc[r][k]);
     }
   }
 }
 
-// AccumulateValues for kRows rows over the same n value rows, in blocks of
-// kRows x 64 dims (4 rows and more: 16 accumulators, one p broadcast per 4
-// multiplies) or kRows x 32. Every element sees the same operations in the
-// same order as in AccumulateValues, so the two give the same bits.
+// Dims [d0, d_size) one by one, the same operations per element as the
+// vector blocks.
 template <int64_t kRows>
-POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
+POLYOPS_INLINE void AccumulateValueTail(float* o, int64_t d_size, int64_t d0,
                                         const float* correction, const float* p,
-                                        const float* vs, int64_t n) {
-  int64_t d0 = 0;
-  if constexpr (kRows >= 4) {
-    for (; d0 + 4 * kLanes <= d_size; d0 += 4 * kLanes) {
-      AccumulateValueBlock<kRows, 4>(o, d_size, d0, correction, p, vs, n);
-    }
-  }
-  for (; d0 + 2 * kLanes <= d_size; d0 += 2 * kLanes) {
-    AccumulateValueBlock<kRows, 2>(o, d_size, d0, correction, p, vs, n);
-  }
+                                        int64_t p_stride, const float* vs,
+                                        int64_t n) {
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t d = d0; d < d_size; ++d) {
       float value = o[r * d_size + d] * correction[r];
       for (int64_t c = 0; c < n; ++c) {
-        value += p[r * kKeyTile + c] * vs[c * d_size + d];
+        value += p[r * p_stride + c] * vs[c * d_size + d];
       }
       o[r * d_size + d] = value;
     }
   }
+}
+
+// o = o * correction + sum_c p[c] * v[c] over n value rows, one row: 8
+// vectors at a time (8 independent add chains, so one row is not bound by
+// the add latency), then 2, then one by one; each dim sums in key order.
+template <typename V = Float16v>
+POLYOPS_INLINE void AccumulateValues(float* o, int64_t d_size, float correction,
+                                     const float* p, const float* vs,
+                                     int64_t n) {
+  constexpr int64_t kL = kLanesOf<V>;
+  int64_t d0 = 0;
+  for (; d0 + 8 * kL <= d_size; d0 += 8 * kL) {
+    AccumulateValueBlock<1, 8, V>(o, d_size, d0, &correction, p, 0, vs, n);
+  }
+  for (; d0 + 2 * kL <= d_size; d0 += 2 * kL) {
+    AccumulateValueBlock<1, 2, V>(o, d_size, d0, &correction, p, 0, vs, n);
+  }
+  AccumulateValueTail<1>(o, d_size, d0, &correction, p, 0, vs, n);
+}
+
+// AccumulateValues for kRows rows (p rows kKeyTile apart) over the same n
+// value rows, in blocks of kRows x (accumulator budget / kRows) vectors,
+// then kRows x 2, then one by one. Every element sees the same operations
+// in the same order as in AccumulateValues, so the two give the same bits.
+template <int64_t kRows, typename V = Float16v>
+POLYOPS_INLINE void AccumulateValueRows(float* o, int64_t d_size,
+                                        const float* correction, const float* p,
+                                        const float* vs, int64_t n) {
+  constexpr int64_t kL = kLanesOf<V>;
+  constexpr int64_t kVecs = std::clamp<int64_t>(
+      FloorPow2(std::max<int64_t>(1, kAccumulatorsOf<V> / kRows)), 2, 8);
+  int64_t d0 = 0;
+  if constexpr (kVecs > 2) {
+    for (; d0 + kVecs * kL <= d_size; d0 += kVecs * kL) {
+      AccumulateValueBlock<kRows, kVecs, V>(o, d_size, d0, correction, p,
+                                            kKeyTile, vs, n);
+    }
+  }
+  for (; d0 + 2 * kL <= d_size; d0 += 2 * kL) {
+    AccumulateValueBlock<kRows, 2, V>(o, d_size, d0, correction, p, kKeyTile,
+                                      vs, n);
+  }
+  AccumulateValueTail<kRows>(o, d_size, d0, correction, p, kKeyTile, vs, n);
 }
 
 // Running state of a tile's query rows: max, per-lane partial sums of the
@@ -417,23 +460,25 @@ struct TileState {
   float* acc;
 };
 
-// Transposes 16 x 16 floats held in 16 vectors: block swaps of 8, 4, 2 and
-// 1 lanes between rows 8, 4, 2 and 1 apart (two-source shuffles).
-POLYOPS_INLINE void Transpose16(Float16v* m) {
-  constexpr int64_t kSteps[4] = {8, 4, 2, 1};
+// Transposes kL x kL floats held in kL vectors of kL lanes (16, 8 or 4):
+// block swaps of kL / 2, ..., 2, 1 lanes between rows that far apart
+// (two-source shuffles). Data movement only, so the variants agree.
+template <typename V>
+POLYOPS_INLINE void TransposeSquare(V* m) {
+  using Int = decltype(m[0] < m[0]);
+  constexpr int64_t kL = kLanesOf<V>;
 #pragma GCC unroll 4
-  for (int64_t t = 0; t < 4; ++t) {
-    const int64_t step = kSteps[t];
-    Int16v low, high;  // lanes of (row i, row i + step) for the new rows
-    for (int64_t l = 0; l < kLanes; ++l) {
+  for (int64_t step = kL / 2; step >= 1; step /= 2) {
+    Int low, high;  // lanes of (row i, row i + step) for the new rows
+    for (int64_t l = 0; l < kL; ++l) {
       const bool upper = (l & step) != 0;
-      low[l] = static_cast<int32_t>(upper ? kLanes + l - step : l);
-      high[l] = static_cast<int32_t>(upper ? kLanes + l : l + step);
+      low[l] = static_cast<int32_t>(upper ? kL + l - step : l);
+      high[l] = static_cast<int32_t>(upper ? kL + l : l + step);
     }
 #pragma GCC unroll 16
-    for (int64_t i = 0; i < kLanes; ++i) {
+    for (int64_t i = 0; i < kL; ++i) {
       if (i & step) continue;
-      const Float16v x = m[i], y = m[i + step];
+      const V x = m[i], y = m[i + step];
       m[i] = __builtin_shuffle(x, y, low);
       m[i + step] = __builtin_shuffle(x, y, high);
     }
@@ -441,22 +486,25 @@ POLYOPS_INLINE void Transpose16(Float16v* m) {
 }
 
 // kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
-// (the padding keys score 0 and are masked): 16 x 16 blocks transposed in
-// registers, a scalar loop for the last d_size % 16 dims.
+// (the padding keys score 0 and are masked): kL x kL blocks transposed in
+// registers of the variant's vector V, a scalar loop for the last
+// d_size % kL dims.
+template <typename V>
 POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
                                   int64_t d_size, float* kt) {
-  const int64_t d_vec = d_size - d_size % kLanes;
-  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kLanes) {
-    for (int64_t d0 = 0; d0 < d_vec; d0 += kLanes) {
-      Float16v m[kLanes];
+  constexpr int64_t kL = kLanesOf<V>;
+  const int64_t d_vec = d_size - d_size % kL;
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += kL) {
+    for (int64_t d0 = 0; d0 < d_vec; d0 += kL) {
+      V m[kL];
 #pragma GCC unroll 16
-      for (int64_t i = 0; i < kLanes; ++i) {
-        m[i] = c0 + i < n ? LoadV(rows[c0 + i] + d0) : Float16v{};
+      for (int64_t i = 0; i < kL; ++i) {
+        m[i] = c0 + i < n ? Load<V>(rows[c0 + i] + d0) : V{};
       }
-      Transpose16(m);
+      TransposeSquare(m);
 #pragma GCC unroll 16
-      for (int64_t i = 0; i < kLanes; ++i) {
-        StoreV(kt + (d0 + i) * kKeyTile + c0, m[i]);
+      for (int64_t i = 0; i < kL; ++i) {
+        Store<V>(kt + (d0 + i) * kKeyTile + c0, m[i]);
       }
     }
   }
@@ -493,7 +541,7 @@ POLYOPS_INLINE void PrefetchKvRows(const AttentionArgs<T>& a,
 // query rows [r0, r0 + kRows) of a tile: scores, online softmax, values.
 // kValueRows rows share each value load (a register budget: AccumulateValueRows
 // holds 2 or 4 accumulators per row).
-template <int64_t kRows, int64_t kValueRows, typename T>
+template <int64_t kRows, int64_t kValueRows, typename V, typename T>
 POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
                                const AttentionSequence& seq,
                                const AttentionTile& tile, int64_t r0,
@@ -515,7 +563,7 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
                     seq.kv_len, a.causal, a.window_left, a.window_right);
     if (first.lo >= c0 + n || last.hi < c0) return;
   }
-  ScoreRows<kRows>(qs + r0 * d_size, d_size, kt, a.scale, s);
+  ScoreRows<kRows, V>(qs + r0 * d_size, d_size, kt, a.scale, s);
   // The row's visible keys in this piece, [c0 + begin, c0 + end): the
   // others are left out of the value sum, not weighted by 0, so a NaN or
   // inf in a masked value (0 * inf = NaN) never reaches the row.
@@ -540,17 +588,25 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
     }
   }
   // The running maxes first, so one vector exp gives every row's
-  // correction factor exp(old max - new max).
+  // correction factor exp(old max - new max). A Float16v of partial sums,
+  // maxes or exps is kHalves vectors V here: lane l of half h is lane
+  // h * kL + l of the Float16v, with the same operations in the same order.
+  constexpr int64_t kL = kLanesOf<V>;
+  constexpr int64_t kHalves = kLanes / kL;
   float shift[kRows];
   Float16v old_minus_shift{};
   for (int64_t k = 0; k < kRows; ++k) {
     const float* sr = s + k * kKeyTile;
-    Float16v wide_max = LoadV(sr);
-    for (int64_t v = 1; v < kKeyVecs; ++v) {
-      const Float16v x = LoadV(sr + v * kLanes);
-      wide_max = wide_max > x ? wide_max : x;
+    float piece_max = kNegInf;
+#pragma GCC unroll 4
+    for (int64_t h = 0; h < kHalves; ++h) {
+      V wide_max = Load<V>(sr + h * kL);
+      for (int64_t v = 1; v < kKeyVecs; ++v) {
+        const V x = Load<V>(sr + v * kLanes + h * kL);
+        wide_max = wide_max > x ? wide_max : x;
+      }
+      piece_max = std::max(piece_max, MaxOfLanes(wide_max));
     }
-    const float piece_max = MaxOfLanes(wide_max);
     float& row_max = state.row_max[r0 + k];
     const float new_max = std::max(row_max, piece_max);
     // Every visible score so far -inf: weights exp(-inf - 0) = 0, so the
@@ -565,28 +621,32 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
     correction[k] = correction_vector[k];
     if (begin[k] >= end[k]) continue;
     float* sr = s + k * kKeyTile;
-    Float16v piece_sum{};
-    for (int64_t v = 0; v < kKeyVecs; ++v) {
-      const Float16v e = ExpNonPositive(LoadV(sr + v * kLanes) - shift[k]);
-      StoreV(sr + v * kLanes, e);
-      piece_sum = v == 0 ? e : piece_sum + e;
+    float* sum = reinterpret_cast<float*>(&state.row_sum[r0 + k]);
+#pragma GCC unroll 4
+    for (int64_t h = 0; h < kHalves; ++h) {
+      V piece_sum{};
+      for (int64_t v = 0; v < kKeyVecs; ++v) {
+        float* x = sr + v * kLanes + h * kL;
+        const V e = ExpNonPositive(Load<V>(x) - shift[k]);
+        Store<V>(x, e);
+        piece_sum = v == 0 ? e : piece_sum + e;
+      }
+      Store<V>(sum + h * kL, Load<V>(sum + h * kL) * correction[k] + piece_sum);
     }
-    Float16v& sum = state.row_sum[r0 + k];
-    sum = sum * correction[k] + piece_sum;
   }
   float* acc = state.acc + r0 * d_size;
   if (full) {
     for (int64_t k = 0; k < kRows; k += kValueRows) {
-      AccumulateValueRows<kValueRows>(acc + k * d_size, d_size, correction + k,
-                                      s + k * kKeyTile, vs, n);
+      AccumulateValueRows<kValueRows, V>(
+          acc + k * d_size, d_size, correction + k, s + k * kKeyTile, vs, n);
     }
     return;
   }
   for (int64_t k = 0; k < kRows; ++k) {
     if (begin[k] >= end[k]) continue;
-    AccumulateValues(acc + k * d_size, d_size, correction[k],
-                     s + k * kKeyTile + begin[k], vs + begin[k] * d_size,
-                     end[k] - begin[k]);
+    AccumulateValues<V>(acc + k * d_size, d_size, correction[k],
+                        s + k * kKeyTile + begin[k], vs + begin[k] * d_size,
+                        end[k] - begin[k]);
   }
 }
 
@@ -598,7 +658,7 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
 // the rest). Every sum runs in a fixed order independent of the vector
 // width and of kRows / kValueRows, and the build never contracts
 // multiply-adds, so all ISA variants give the same bits.
-template <int64_t kRows, int64_t kValueRows, typename T>
+template <int64_t kRows, int64_t kValueRows, typename V, typename T>
 POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                                const AttentionSequence& seq,
                                const AttentionTile& tile) {
@@ -645,7 +705,7 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                 a.block_size, c0 + c, kv_head);
       k_rows[c] = StageIn(k_row, vs + c * d_size, d_size);
     }
-    TransposeKeys(k_rows, n, d_size, kt);
+    TransposeKeys<V>(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
       const T* v_row =
           KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head,
@@ -666,8 +726,8 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     int64_t prefetched = next;
     int64_t r0 = 0;
     for (; r0 + kRows <= rows; r0 += kRows) {
-      AttendRows<kRows, kValueRows>(a, seq, tile, r0, c0, n, unmasked, qs, kt,
-                                    vs, s, state);
+      AttendRows<kRows, kValueRows, V>(a, seq, tile, r0, c0, n, unmasked, qs,
+                                       kt, vs, s, state);
       const int64_t until = std::min(prefetched + step, next_end);
       PrefetchKvRows(a, seq, kv_head, prefetched, until);
       prefetched = until;
@@ -675,20 +735,21 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
     PrefetchKvRows(a, seq, kv_head, prefetched, next_end);
     if constexpr (kRows > 4) {
       if (r0 + 4 <= rows) {
-        AttendRows<4, std::min<int64_t>(4, kValueRows)>(
+        AttendRows<4, std::min<int64_t>(4, kValueRows), V>(
             a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
         r0 += 4;
       }
     }
     if constexpr (kRows > 2) {
       if (r0 + 2 <= rows) {
-        AttendRows<2, std::min<int64_t>(2, kValueRows)>(
+        AttendRows<2, std::min<int64_t>(2, kValueRows), V>(
             a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
         r0 += 2;
       }
     }
     if (r0 < rows) {
-      AttendRows<1, 1>(a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s, state);
+      AttendRows<1, 1, V>(a, seq, tile, r0, c0, n, unmasked, qs, kt, vs, s,
+                          state);
     }
   }
 
@@ -710,18 +771,23 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   }
 }
 
-// Rows per AttendRows group and per value block for each ISA variant: as
-// many as the registers hold (AVX-512: 4 rows x 64 keys or 64 dims = 16 of
-// its 32 zmm, a broadcast per 4 multiplies; AVX2 and SSE2 have 16 ymm or
-// xmm registers, and a Float16v takes 2 or 4 of them).
-// They change only which rows share a load, never an element's arithmetic,
-// so the variants still agree bit for bit.
-template <int64_t kRows, int64_t kValueRows, typename T>
+// Rows per AttendRows group and per value block of each ISA variant, with
+// its vector (see kAccumulatorsOf): AVX-512 4 rows x 4 zmm (64 keys or dims)
+// = 16 accumulators, a broadcast per 4 multiplies; AVX2 6 rows x 2 ymm (16
+// keys or dims) = 12, two loads per 6 broadcasts and 12 multiply-adds
+// (measured faster in-cache than 4 x 2 or 2 x 4); SSE2 4 rows x 2 xmm = 8
+// (its two-operand multiply needs a copy of the broadcast). They change only
+// which rows share a load, never an element's arithmetic, so the variants
+// agree bit for bit.
+inline constexpr int64_t kAvx2Rows = 6;
+inline constexpr int64_t kBaseRows = 4;
+
+template <int64_t kRows, int64_t kValueRows, typename V, typename T>
 POLYOPS_INLINE void AttendTiles(const AttentionArgs<T>& a,
                                 const AttentionSequence* sequences,
                                 const AttentionTile* tiles, int64_t count) {
   for (int64_t k = 0; k < count; ++k) {
-    AttendTile<kRows, kValueRows>(a, sequences[tiles[k].sequence], tiles[k]);
+    AttendTile<kRows, kValueRows, V>(a, sequences[tiles[k].sequence], tiles[k]);
   }
 }
 
@@ -729,7 +795,7 @@ template <typename T>
 void AttendTilesBase(const AttentionArgs<T>& a,
                      const AttentionSequence* sequences,
                      const AttentionTile* tiles, int64_t count) {
-  AttendTiles<1, 1>(a, sequences, tiles, count);
+  AttendTiles<kBaseRows, kBaseRows, Float4v>(a, sequences, tiles, count);
 }
 
 template <typename T>
@@ -737,7 +803,7 @@ POLYOPS_TARGET_AVX2 void AttendTilesAvx2(const AttentionArgs<T>& a,
                                          const AttentionSequence* sequences,
                                          const AttentionTile* tiles,
                                          int64_t count) {
-  AttendTiles<2, 2>(a, sequences, tiles, count);
+  AttendTiles<kAvx2Rows, kAvx2Rows, Float8v>(a, sequences, tiles, count);
 }
 
 template <typename T>
@@ -745,7 +811,7 @@ POLYOPS_TARGET_AVX512 void AttendTilesAvx512(const AttentionArgs<T>& a,
                                              const AttentionSequence* sequences,
                                              const AttentionTile* tiles,
                                              int64_t count) {
-  AttendTiles<4, 4>(a, sequences, tiles, count);
+  AttendTiles<4, 4, Float16v>(a, sequences, tiles, count);
 }
 
 template <typename T>
