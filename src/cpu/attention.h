@@ -256,11 +256,6 @@ POLYOPS_INLINE V ExpNonPositive(V x) {
   return keep ? result : nan ? x : V{};
 }
 
-POLYOPS_INLINE float ExpNonPositive(float x) {
-  Float16v v = Float16v{} + x;
-  return ExpNonPositive(v)[0];
-}
-
 // Largest lane of a vector (16, 8 or 4 floats), NaN lanes left out (-inf
 // when all are NaN or -inf): a NaN score makes its row NaN through its exp,
 // not through the max. Max is exact, so the reduction order cannot change
