@@ -16,7 +16,6 @@
 
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
-#include "cpu/parallel.h"
 
 namespace polyops::cpu {
 namespace {
