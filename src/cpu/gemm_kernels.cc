@@ -798,7 +798,8 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
   const bool is_bf16 = dtype == DataType::kBFloat16;
   if (is_bf16 ? !HasAvx512Bf16()
               : dtype != DataType::kFloat32 || !HasAvx512()) {
-    return false;
+    // Without these kernels, the AVX2 decode kernels (m <= kSmallM).
+    return KernelGemmAvx2(l, dtype, alpha, beta, a, b, c, out);
   }
   // The kernels need a with rows contiguous in k. A column-major a with a
   // column-major b runs as out^T = b^T @ a^T; a column-major a with a
