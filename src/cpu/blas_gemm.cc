@@ -232,7 +232,8 @@ bool CpuHasAmx() {
 bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
   const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
   if (rows <= kSmallM) return false;
-  if (dtype == DataType::kFloat32) return onednn::HasAvx512();
+  // HasAvx512() first: POLYOPS_CPU_ISA caps it, not oneDNN's own check.
+  if (dtype == DataType::kFloat32) return HasAvx512() && onednn::HasAvx512();
   if (dtype != DataType::kBFloat16) return false;
   static const bool cpu_has_amx = CpuHasAmx();
   return cpu_has_amx && onednn::HasAmx();
