@@ -20,6 +20,7 @@
 
 #include "core/dispatch.h"
 #include "cpu/convert.h"
+#include "cpu/gemm_orient.h"
 #include "cpu/parallel.h"
 
 // One target for every kernel here. The float32 kernels use only AVX-512F
@@ -396,26 +397,10 @@ constexpr std::array<RowFn<E>, sizeof...(I)> MakeRowTable(
   }
 }
 
-// A product oriented for the kernels: a row-major, b row-major (kDot false)
-// or column-major (kDot true), out and c with any strides.
-template <typename E>
-struct Oriented {
-  int64_t batch, m, n, k;
-  const E* a;
-  int64_t lda, a_batch;
-  const E* b;
-  int64_t ldb, b_batch;
-  bool b_col_major;
-};
-
 // Rows x columns of the output a task computes, and the k slice per pass.
 struct Blocking {
   int64_t mc, nc, kc;
 };
-
-int64_t RoundUp(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 
 // Blocking of a decode product (m <= kSmallM). `dot`: b is column-major.
 // The weight streams from memory once; its column blocks are split over the
@@ -801,40 +786,20 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
     // Without these kernels, the AVX2 decode kernels (m <= kSmallM).
     return KernelGemmAvx2(l, dtype, alpha, beta, a, b, c, out);
   }
-  // The kernels need a with rows contiguous in k. A column-major a with a
-  // column-major b runs as out^T = b^T @ a^T; a column-major a with a
-  // row-major b has no such form and is left to OpenBLAS.
-  const bool swap = l.a_blas.trans;
-  if (swap && !l.b_blas.trans) return false;
+  bool possible;
+  const bool swap = SwapOperands(l, &possible);  // cpu/gemm_orient.h
+  if (!possible) return false;
   const int64_t m = swap ? l.n : l.m;
   // The packed path gathers columns of a column-major b with 32-bit
   // indices (j * ldb, j < kNr); OpenBLAS takes larger leading dims.
   const int64_t b_ld = swap ? l.a_blas.ld : l.b_blas.ld;
   if (m > kSmallM && b_ld > INT32_MAX / kNr) return false;
-
-  GemmMatrix out_m = l.out;
-  GemmMatrix c_m = l.c;
-  if (swap) {
-    std::swap(out_m.row_stride, out_m.col_stride);
-    std::swap(c_m.row_stride, c_m.col_stride);
-  }
   const bool use_c = l.has_c && beta != 0.0f;
   const auto run = [&](auto tag, auto element) {
     using T = typename decltype(tag)::type;
     using E = decltype(element);
-    const E* ea = static_cast<const E*>(swap ? b : a);
-    const E* eb = static_cast<const E*>(swap ? a : b);
-    const Oriented<E> o{l.batch,
-                        m,
-                        swap ? l.m : l.n,
-                        l.k,
-                        ea,
-                        swap ? l.b_blas.ld : l.a_blas.ld,
-                        swap ? l.b.batch_stride : l.a.batch_stride,
-                        eb,
-                        swap ? l.a_blas.ld : l.b_blas.ld,
-                        swap ? l.a.batch_stride : l.b.batch_stride,
-                        swap ? !l.a_blas.trans : l.b_blas.trans};
+    GemmMatrix out_m, c_m;
+    const Oriented<E> o = Orient<E>(l, swap, a, b, &out_m, &c_m);
     const T* tc = use_c ? static_cast<const T*>(c) : nullptr;
     T* tout = static_cast<T*>(out);
     const bool packed = o.m > kSmallM;

@@ -16,6 +16,7 @@
 
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
+#include "cpu/gemm_orient.h"
 
 namespace polyops::cpu {
 namespace {
@@ -207,23 +208,6 @@ constexpr std::array<AxpyFn<E>, sizeof...(I)> MakeAxpyTable(
   return {&AxpyTile<E, I + 1, NV>...};
 }
 
-// A product oriented for the kernels (see KernelGemm in gemm_kernels.cc):
-// a row-major, b row-major or column-major (b_col_major), out and c with
-// any strides.
-template <typename E>
-struct Oriented {
-  int64_t batch, m, n, k;
-  const E* a;
-  int64_t lda, a_batch;
-  const E* b;
-  int64_t ldb, b_batch;
-  bool b_col_major;
-};
-
-int64_t RoundUp(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 // Dot tile shapes, by dtype and m, sized to the 16 ymm registers
 // (accumulators + the tile's b vectors + a row's vectors).
 template <typename E>
@@ -399,32 +383,15 @@ bool KernelGemmAvx2(const GemmLayout& l, DataType dtype, float alpha,
                     void* out) {
   const bool is_bf16 = dtype == DataType::kBFloat16;
   if (!HasAvx2() || (!is_bf16 && dtype != DataType::kFloat32)) return false;
-  // The same orientation as KernelGemm: a must have rows contiguous in k.
-  const bool swap = l.a_blas.trans;
-  if (swap && !l.b_blas.trans) return false;
-  const int64_t m = swap ? l.n : l.m;
-  if (m > kSmallM) return false;
-  GemmMatrix out_m = l.out;
-  GemmMatrix c_m = l.c;
-  if (swap) {
-    std::swap(out_m.row_stride, out_m.col_stride);
-    std::swap(c_m.row_stride, c_m.col_stride);
-  }
+  bool possible;
+  const bool swap = SwapOperands(l, &possible);
+  if (!possible || (swap ? l.n : l.m) > kSmallM) return false;
   const bool use_c = l.has_c && beta != 0.0f;
   const auto run = [&](auto* typed_out, auto element) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
     using E = decltype(element);
-    const Oriented<E> o{l.batch,
-                        m,
-                        swap ? l.m : l.n,
-                        l.k,
-                        static_cast<const E*>(swap ? b : a),
-                        swap ? l.b_blas.ld : l.a_blas.ld,
-                        swap ? l.b.batch_stride : l.a.batch_stride,
-                        static_cast<const E*>(swap ? a : b),
-                        swap ? l.a_blas.ld : l.b_blas.ld,
-                        swap ? l.a.batch_stride : l.b.batch_stride,
-                        swap ? !l.a_blas.trans : l.b_blas.trans};
+    GemmMatrix out_m, c_m;
+    const Oriented<E> o = Orient<E>(l, swap, a, b, &out_m, &c_m);
     RunDecode<T, E>(o, out_m, c_m, alpha, beta,
                     use_c ? static_cast<const T*>(c) : nullptr, typed_out);
     SetLastGemmPath(is_bf16

@@ -81,6 +81,23 @@ inline constexpr float kSoftmaxExpC3 = 0.1666763871908188f;
 inline constexpr float kSoftmaxExpC4 = 0.04189816489815712f;
 inline constexpr float kSoftmaxExpC5 = 0.008290263824164867f;
 
+// y * 2^n rounded once, n = shifted - shifter read from the shifter's low
+// mantissa bits (no float-to-int conversion, so NaN is no undefined
+// behaviour); 2^n in float64 is exact for n >= -150, and the one rounding
+// of the float64 product is what VSCALEFPS does.
+POLYOPS_INLINE float TimesPowerOfTwo(float y, float shifted, float shifter) {
+  uint32_t shifted_bits, shifter_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
+  std::memcpy(&shifter_bits, &shifter, sizeof(shifter_bits));
+  const uint64_t exponent = static_cast<uint64_t>(
+      static_cast<int64_t>(static_cast<int32_t>(shifted_bits - shifter_bits)) +
+      1023);
+  const uint64_t scale_bits = (exponent & 0x7ffu) << 52;
+  double scale;
+  std::memcpy(&scale, &scale_bits, sizeof(scale));
+  return static_cast<float>(static_cast<double>(y) * scale);
+}
+
 POLYOPS_INLINE float SoftmaxExp(float t) {
   const bool nan = t != t;
   const float c = t < kSoftmaxExpLow ? kSoftmaxExpLow : t;
@@ -95,18 +112,7 @@ POLYOPS_INLINE float SoftmaxExp(float t) {
   p = std::fma(p, r, kSoftmaxExpC2);
   p = std::fma(p, r, kSoftmaxExpC1);
   const float y = std::fma(p, r, 1.0f);
-  // n from the shifter's low mantissa bits (no float-to-int conversion, so
-  // NaN is no undefined behaviour); 2^n in float64 is exact for n >= -150.
-  uint32_t shifted_bits, shifter_bits;
-  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
-  std::memcpy(&shifter_bits, &shifter, sizeof(shifter_bits));
-  const uint64_t exponent = static_cast<uint64_t>(
-      static_cast<int64_t>(static_cast<int32_t>(shifted_bits - shifter_bits)) +
-      1023);
-  const uint64_t scale_bits = (exponent & 0x7ffu) << 52;
-  double scale;
-  std::memcpy(&scale, &scale_bits, sizeof(scale));
-  const float result = static_cast<float>(static_cast<double>(y) * scale);
+  const float result = TimesPowerOfTwo(y, shifted, shifter);
   return nan ? t : result;
 }
 
@@ -142,16 +148,7 @@ POLYOPS_INLINE float SoftmaxExp2Of(float t) {
   p = std::fma(p, f, kSoftmaxExp2C2);
   p = std::fma(p, f, kSoftmaxExp2C1);
   const float r = std::fma(p, f, 1.0f);
-  uint32_t shifted_bits, shifter_bits;
-  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
-  std::memcpy(&shifter_bits, &shifter, sizeof(shifter_bits));
-  const uint64_t exponent = static_cast<uint64_t>(
-      static_cast<int64_t>(static_cast<int32_t>(shifted_bits - shifter_bits)) +
-      1023);
-  const uint64_t scale_bits = (exponent & 0x7ffu) << 52;
-  double scale;
-  std::memcpy(&scale, &scale_bits, sizeof(scale));
-  const float result = static_cast<float>(static_cast<double>(r) * scale);
+  const float result = TimesPowerOfTwo(r, shifted, shifter);
   return nan ? y : result;
 }
 
