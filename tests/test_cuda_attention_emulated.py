@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import dtype_id
-from cuda_emulation_rows.harness import build_emulator, run_slot
+from cuda_emulation_rows.harness import build_emulator, parity_failures, run_slot
 
-from polyops.testing import OPS, Inputs, compare
+from polyops.testing import OPS, compare
 from polyops.testing import references as ref
-from polyops.testing.ops import Call, drop_none
+from polyops.testing.ops import Call
 from polyops.testing.tensors import cu_seqlens, make_tensor, paginate
 
 HEADERS = [
@@ -96,34 +96,9 @@ def _params() -> list:
 
 @pytest.mark.parametrize("op, dtype", _params())
 def test_emulated_cuda_attention_matches_reference(op, dtype, emulator, tmp_path):
-    info = OPS[op]
-    failures = []
-    cases = info.all_cases(dtype)
-    assert cases
-    for number, case in enumerate(cases):
-        call = case.build(Inputs(info.seed(dtype, case), "cpu"))
-        expected = drop_none(info.reference(*call.args, **call.kwargs))
-        query = call.args[0]
-        allocate = {"out": (expected[0].shape, query.dtype)}
-        try:
-            results = run_slot(
-                emulator,
-                tmp_path / f"case{number}",
-                op,
-                SLOT,
-                PARAMS[op],
-                call,
-                allocate,
-                lambda given: [given["out"]],
-            )
-        except RuntimeError as error:
-            failures.append(f"{case.name}: {error}")
-            continue
-        for index, (got, want) in enumerate(zip(results, expected, strict=True)):
-            tol = info.tolerance(got.dtype).scaled(case.atol_scale)
-            outcome = compare(got, want, tol)
-            if not outcome.ok:
-                failures.append(f"{case.name} result {index}: {outcome.message}")
+    failures = parity_failures(
+        emulator, tmp_path, op, dtype, SLOT, PARAMS[op], lambda call: call.args[0].dtype
+    )
     assert not failures, "\n".join(failures)
 
 

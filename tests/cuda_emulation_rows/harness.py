@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from polyops.testing import OPS, Inputs, compare
 from polyops.testing.ops import Call, drop_none
 from polyops.testing.tensors import sentinel
 
@@ -203,3 +204,50 @@ def run_slot(
     return drop_none(
         tuple(manifest.read_back(t) if t is not None else None for t in results(given))
     )
+
+
+def parity_failures(
+    exe: Path,
+    folder: Path,
+    op: str,
+    dtype: torch.dtype,
+    slot: int,
+    params: Sequence[tuple[str, object]],
+    out_dtype: Callable[[Call], torch.dtype],
+) -> list[str]:
+    """Every parity-table case of single-output `op` in `dtype` through the emulated slot.
+
+    Returns one message per case that failed to run, came back in another
+    dtype than ``out_dtype(call)``, or missed the float64 reference at the
+    table's tolerance.
+    """
+    info = OPS[op]
+    cases = info.all_cases(dtype)
+    assert cases
+    failures = []
+    for number, case in enumerate(cases):
+        call = case.build(Inputs(info.seed(dtype, case), "cpu"))
+        expected = drop_none(info.reference(*call.args, **call.kwargs))
+        want_dtype = out_dtype(call)
+        try:
+            results = run_slot(
+                exe,
+                folder / f"case{number}",
+                op,
+                slot,
+                params,
+                call,
+                {"out": (expected[0].shape, want_dtype)},
+                lambda given: [given["out"]],
+            )
+        except RuntimeError as error:
+            failures.append(f"{case.name}: {error}")
+            continue
+        for index, (got, want) in enumerate(zip(results, expected, strict=True)):
+            if got.dtype != want_dtype:
+                failures.append(f"{case.name} result {index}: dtype {got.dtype}")
+                continue
+            outcome = compare(got, want, info.tolerance(got.dtype).scaled(case.atol_scale))
+            if not outcome.ok:
+                failures.append(f"{case.name} result {index}: {outcome.message}")
+    return failures
