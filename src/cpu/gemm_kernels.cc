@@ -260,22 +260,24 @@ POLYOPS_TARGET_GEMM void FinishRow(const float* sums, int64_t n, float alpha,
 // pair is one 32-bit broadcast. `cols` <= 16 * NV columns are valid; a
 // full tile loads without masks (AVX-512 has 7 mask registers, and a mask
 // per load spills).
+// VPERMT2W indices that interleave two rows x, y of 32 bfloat16 into the
+// pairs vdpbf16ps reads: element 2t of the low result is x[t], 2t + 1 is
+// y[t]; the high result does the same for t + 16.
+alignas(64) constexpr uint16_t kInterleaveLo[32] = {
+    0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) constexpr uint16_t kInterleaveHi[32] = {
+    16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
 template <int MR, int NV, bool kFull>
 POLYOPS_TARGET_GEMM POLYOPS_INLINE void PairTileBody(
     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t kc,
     int cols, float* dst, int64_t ld_dst, bool accumulate) {
   static_assert(NV % 2 == 0, "whole 32-column loads");
   constexpr int kChunks = NV / 2;
-  // Element 2t of the low result is x[t], element 2t + 1 is y[t]; the high
-  // result does the same for t + 16.
-  alignas(64) static constexpr uint16_t kLo[32] = {
-      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i idx_lo = _mm512_load_si512(kLo);
-  const __m512i idx_hi = _mm512_load_si512(kHi);
+  const __m512i idx_lo = _mm512_load_si512(kInterleaveLo);
+  const __m512i idx_hi = _mm512_load_si512(kInterleaveHi);
   const auto mask = [&](int c) {
     const int valid = std::clamp(cols - 32 * c, 0, 32);
     return static_cast<__mmask32>((1ull << valid) - 1);
@@ -679,16 +681,9 @@ POLYOPS_TARGET_GEMM void PackStrip(const Oriented<E>& o, int64_t bi, int64_t j0,
           _mm512_storeu_ps(panel + s * kNr + 16 * v, x);
         }
       } else {
-        // Two rows interleaved into pairs (element 2t of lo is x[t], 2t + 1
-        // is y[t]; hi does the same for t + 16).
-        alignas(64) static constexpr uint16_t kLo[32] = {
-            0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-            8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-        alignas(64) static constexpr uint16_t kHi[32] = {
-            16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-            24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-        const __m512i idx_lo = _mm512_load_si512(kLo);
-        const __m512i idx_hi = _mm512_load_si512(kHi);
+        // Two rows interleaved into pairs.
+        const __m512i idx_lo = _mm512_load_si512(kInterleaveLo);
+        const __m512i idx_hi = _mm512_load_si512(kInterleaveHi);
         for (int ch = 0; ch < kPackNv / 2; ++ch) {
           const int lanes =
               static_cast<int>(std::clamp<int64_t>(valid - 32 * ch, 0, 32));
