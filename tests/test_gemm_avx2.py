@@ -4,9 +4,10 @@ The ISA cap (POLYOPS_CPU_ISA) is read once per process, so the products run
 in a subprocess with ``POLYOPS_CPU_ISA=avx2``: there every float32 and
 bfloat16 product with at most 32 rows after orientation takes the
 ``*-dot-avx2`` (column-major b, e.g. ``x @ w.T``) or ``*-axpy-avx2``
-(row-major b) path of src/cpu/gemm_kernels_avx2.cc. The inputs are made here,
-the subprocess runs each case with 2 and with 1 thread and reports the path,
-and the results are checked here against the float64 references at
+(row-major b) path of src/cpu/gemm_kernels_avx2.cc, and bfloat16 products
+with more rows run there in blocks of at most 32 rows. The inputs are made
+here, the subprocess runs each case with 2 and with 1 thread and reports the
+path, and the results are checked here against the float64 references at
 tests/test_gemm.py's tolerances, bitwise across the thread counts.
 """
 
@@ -67,14 +68,16 @@ def _cases(gen: torch.Generator) -> dict[str, dict]:
     for dtype in (F32, BF16):
         d = str(dtype).removeprefix("torch.")
         # Every decode row count, odd n and k (partial tiles, the k tail), and
-        # 33 rows (past the AVX2 kernels: OpenBLAS).
-        for m in range(1, 34):
+        # past 32 rows: float32 goes to OpenBLAS, bfloat16 runs in equal
+        # blocks of at most 32 rows (33: 17 + 16; 100: 4 x 25).
+        for m in (*range(1, 34), 65, 100):
             x = make_tensor((m, 131), dtype, gen)
             b = make_tensor((131, 67), dtype, gen)
             w = make_tensor((67, 131), dtype, gen)
             bias = make_tensor((67,), dtype, gen)
-            matmul(f"matmul-{d}-{m}", x, b, _path(dtype, False) if m <= 32 else "openblas")
-            linear(f"linear-{d}-{m}", x, w, bias, _path(dtype, True) if m <= 32 else "openblas")
+            small = m <= 32 or dtype == BF16
+            matmul(f"matmul-{d}-{m}", x, b, _path(dtype, False) if small else "openblas")
+            linear(f"linear-{d}-{m}", x, w, bias, _path(dtype, True) if small else "openblas")
         # Several column blocks and k passes (the dot form's 2 KiB passes
         # with a tail; the row form's 16- and 128-row passes).
         for m in (1, 2, 4, 5, 8, 9, 32):
@@ -134,9 +137,11 @@ def _cases(gen: torch.Generator) -> dict[str, dict]:
             _path(dtype, True),
         )
         # gemm: alpha, beta and c, every layout of a and b ("t": column-major).
-        # "tt" runs as out^T = b^T a^T (n = 29 rows after orientation); "tn"
-        # has no kernel form.
+        # "tt" runs as out^T = b^T a^T (n rows after orientation); "tn" has
+        # no kernel form.
         m, n, k = 7, 29, 77
+        if dtype == BF16:
+            n = 71  # "tt": 71 rows after orientation, three row blocks
         for layout, path in (
             ("nn", _path(dtype, False)),
             ("nt", _path(dtype, True)),

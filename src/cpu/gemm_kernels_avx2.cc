@@ -1,8 +1,9 @@
-// The decode-size (m <= kSmallM) matrix products for CPUs with AVX2 + FMA
-// but not the AVX-512 kernels of gemm_kernels.cc: float32 and bfloat16 read
-// in place (bfloat16 widened to float32 in registers, never converted into
-// a workspace), summed with FMA in float32. The weight is read once per
-// call, which is what these memory-bound shapes need.
+// The matrix products for CPUs with AVX2 + FMA but not the AVX-512 kernels
+// of gemm_kernels.cc: float32 and bfloat16 read in place (bfloat16 widened
+// to float32 in registers, never converted into a workspace), summed with
+// FMA in float32. Decode sizes (m <= kSmallM) read the weight once per
+// call, which is what these memory-bound shapes need; larger bfloat16
+// products run as decode products of up to kSmallM rows each.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -142,31 +143,101 @@ POLYOPS_TARGET_AVX2 void DotTile(const E* a, int64_t lda, const E* b,
   }
 }
 
+// part[0] (+)= lane-wise partial sums of a[0:kc] . b[0:kc]: one row of a
+// against one column of b. A column at a time reads the weight as one
+// sequential stream (its rows are contiguous), which the hardware
+// prefetchers follow; DotTile's 4 interleaved columns were 4 streams of one
+// row each (m = 1, bfloat16, from DRAM: 24 against torch's 33 GB/s on 2
+// cores). kU steps per iteration into their own accumulators hide the FMA
+// latency.
+template <typename E>
+POLYOPS_TARGET_AVX2 void DotRowTile(const E* a, int64_t, const E* b, int64_t,
+                                    int64_t kc, float* part, bool accumulate) {
+  constexpr int kStep = kDotStep<E>;
+  constexpr int kP = kParts<E>;
+  constexpr int kU = 4;
+  __m256 acc[kU][kP];
+  for (int u = 0; u < kU; ++u) {
+    for (int q = 0; q < kP; ++q) acc[u][q] = _mm256_setzero_ps();
+  }
+  if (accumulate) acc[0][0] = _mm256_loadu_ps(part);
+  const auto step = [&](const E* ap, const E* bp, int u) POLYOPS_TARGET_AVX2 {
+    __m256 av[kP], bv[kP];
+    LoadDot(ap, av);
+    LoadDot(bp, bv);
+    for (int q = 0; q < kP; ++q) {
+      acc[u][q] = _mm256_fmadd_ps(av[q], bv[q], acc[u][q]);
+    }
+  };
+  int64_t p = 0;
+  for (; p + kU * kStep <= kc; p += kU * kStep) {
+    for (int u = 0; u < kU; ++u) step(a + p + u * kStep, b + p + u * kStep, u);
+  }
+  for (; p + kStep <= kc; p += kStep) step(a + p, b + p, 0);
+  if (p < kc) {
+    alignas(32) E ta[kStep] = {};
+    alignas(32) E tb[kStep] = {};
+    std::memcpy(ta, a + p, (kc - p) * sizeof(E));
+    std::memcpy(tb, b + p, (kc - p) * sizeof(E));
+    step(ta, tb, 0);
+  }
+  __m256 sum = acc[0][0];
+  for (int u = 0; u < kU; ++u) {
+    for (int q = u == 0 ? 1 : 0; q < kP; ++q) {
+      sum = _mm256_add_ps(sum, acc[u][q]);
+    }
+  }
+  _mm256_storeu_ps(part, sum);
+}
+
 // dst[i][0:8 * NV] (+)= sum over p < kc of a[i][p] * b[p][0:8 * NV] for
 // i < MR: b row-major (x @ w), its rows read in place in runs of the tile's
 // width; `cols` <= 8 * NV columns are valid (a full tile loads without
 // masks). dst rows are padded to whole tiles.
 template <typename E, int MR, int NV, bool kFull>
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE void AxpyTileBody(const E* a, int64_t lda,
-                                                     const E* b, int64_t ldb,
-                                                     int64_t kc, int cols,
-                                                     float* dst, int64_t ld_dst,
-                                                     bool accumulate) {
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE void AxpyTileBody(
+    const E* a, int64_t lda, const E* b, int64_t ldb, int64_t kc, int cols,
+    float* dst, int64_t ld_dst, bool accumulate, const E* pf, int pf_rows) {
+  // Every loop over the tile is unrolled before scalar replacement: left to
+  // the late unroller, GCC 12 kept `acc` an array in memory and stored all
+  // 12 accumulators to the stack on every k step (12 stores per 12 FMAs,
+  // half speed: 43 against 85 GFLOP/s in cache at m = 32).
   __m256 acc[MR][NV];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
   }
+  // Prefetches pf_rows rows of the tile's width at pf (ldb apart), spread
+  // over the k steps.
+  const int64_t spacing = std::max<int64_t>(1, kc / std::max(pf_rows, 1));
+  int64_t pf_due = 0;
+  int pf_done = 0;
   for (int64_t p = 0; p < kc; ++p) {
+    if (p == pf_due && pf_done < pf_rows) {
+      const char* row = reinterpret_cast<const char*>(pf + pf_done * ldb);
+      for (int line = 0; line < 8 * NV * static_cast<int>(sizeof(E));
+           line += 64) {
+        __builtin_prefetch(row + line);
+      }
+      ++pf_done;
+      pf_due += spacing;
+    }
     __m256 av[MR];
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) av[i] = Broadcast(a + i * lda + p);
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const __m256 bv = LoadRow(b + p * ldb + 8 * v, kFull ? 8 : cols - 8 * v);
+#pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         acc[i][v] = _mm256_fmadd_ps(av[i], bv, acc[i][v]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       float* d = dst + i * ld_dst + 8 * v;
       __m256 value = acc[i][v];
@@ -179,13 +250,14 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE void AxpyTileBody(const E* a, int64_t lda,
 template <typename E, int MR, int NV>
 POLYOPS_TARGET_AVX2 void AxpyTile(const E* a, int64_t lda, const E* b,
                                   int64_t ldb, int64_t kc, int cols, float* dst,
-                                  int64_t ld_dst, bool accumulate) {
+                                  int64_t ld_dst, bool accumulate, const E* pf,
+                                  int pf_rows) {
   if (cols == 8 * NV) {
     AxpyTileBody<E, MR, NV, true>(a, lda, b, ldb, kc, cols, dst, ld_dst,
-                                  accumulate);
+                                  accumulate, pf, pf_rows);
   } else {
     AxpyTileBody<E, MR, NV, false>(a, lda, b, ldb, kc, cols, dst, ld_dst,
-                                   accumulate);
+                                   accumulate, pf, pf_rows);
   }
 }
 
@@ -194,7 +266,7 @@ using DotFn = void (*)(const E*, int64_t, const E*, int64_t, int64_t, float*,
                        bool);
 template <typename E>
 using AxpyFn = void (*)(const E*, int64_t, const E*, int64_t, int64_t, int,
-                        float*, int64_t, bool);
+                        float*, int64_t, bool, const E*, int);
 
 // Tile tables indexed by the tile's rows (and columns): up to R x C.
 template <typename E, int R, int C, int... I>
@@ -213,11 +285,10 @@ constexpr std::array<AxpyFn<E>, sizeof...(I)> MakeAxpyTable(
 template <typename E>
 struct DotShape {
   // float32: 4 x 3 (12 + 3 + 1); bfloat16: 4 x 2 (8 + 4 + 2). One row of
-  // a: more columns, more independent DRAM streams of the weight.
+  // a: DotRowTile, a column at a time.
   static constexpr int kRows = 4;
   static constexpr int kCols = std::is_same_v<E, float> ? 3 : 2;
-  static constexpr int kOneRowCols = 4;
-  static_assert(kCols <= kPartCols && kOneRowCols <= kPartCols);
+  static_assert(kCols <= kPartCols);
 };
 
 // out = alpha * (a @ b) (+ beta * c) for one column block [j0, j0 + cols)
@@ -264,10 +335,8 @@ POLYOPS_TARGET_AVX2 void DotBlock(const Oriented<E>& o, int64_t bi, int64_t j0,
   using S = DotShape<E>;
   static constexpr auto kTable = MakeDotTable<E, S::kRows, S::kCols>(
       std::make_integer_sequence<int, S::kRows * S::kCols>());
-  static constexpr auto kOneRow = MakeDotTable<E, 1, S::kOneRowCols>(
-      std::make_integer_sequence<int, S::kOneRowCols>());
   const bool one_row = o.m == 1;
-  const int col_tile = one_row ? S::kOneRowCols : S::kCols;
+  const int col_tile = one_row ? 1 : S::kCols;
   const int64_t kc = o.m <= S::kRows ? o.k : 2048 / sizeof(E);
   const E* a = o.a + bi * o.a_batch;
   const E* b = o.b + bi * o.b_batch;
@@ -280,7 +349,7 @@ POLYOPS_TARGET_AVX2 void DotBlock(const Oriented<E>& o, int64_t bi, int64_t j0,
       for (int64_t ir = 0; ir < o.m; ir += S::kRows) {
         const int mr = static_cast<int>(std::min<int64_t>(S::kRows, o.m - ir));
         const DotFn<E> fn =
-            one_row ? kOneRow[nr - 1] : kTable[(mr - 1) * S::kCols + (nr - 1)];
+            one_row ? &DotRowTile<E> : kTable[(mr - 1) * S::kCols + (nr - 1)];
         fn(a + ir * o.lda + p0, o.lda, bj + p0, o.ldb, len,
            part + 8 * kPartCols * ir, p0 > 0);
       }
@@ -321,10 +390,25 @@ POLYOPS_TARGET_AVX2 void AxpyBlock(const Oriented<E>& o, int64_t bi, int64_t j0,
     const int64_t len = std::min(kc, o.k - p0);
     for (int64_t jr = 0; jr < cols; jr += col_tile) {
       const int nr = static_cast<int>(std::min(col_tile, cols - jr));
-      for (int64_t ir = 0; ir < o.m; ir += row_tile) {
+      // The tile's kc rows of b are kc runs a whole row of b apart, too short
+      // for the hardware prefetchers (m = 32: 49 GFLOP/s on one core, 97 in
+      // cache): its row tiles fetch the next tile's rows (after the last
+      // tile, the next pass's first), each row tile an even share of them.
+      const bool last = jr + col_tile >= cols;
+      const int64_t next =
+          last ? (p0 + kc) * o.ldb : p0 * o.ldb + jr + col_tile;
+      const int64_t next_len =
+          last ? std::clamp<int64_t>(o.k - p0 - kc, 0, kc) : len;
+      const int64_t n_row_tiles = (o.m + row_tile - 1) / row_tile;
+      for (int64_t t = 0; t < n_row_tiles; ++t) {
+        const int64_t ir = t * row_tile;
         const int64_t mr = std::min(row_tile, o.m - ir);
+        const int64_t lo = next_len * t / n_row_tiles;
+        const int pf_rows =
+            static_cast<int>(next_len * (t + 1) / n_row_tiles - lo);
         table[mr - 1](a + ir * o.lda + p0, o.lda, b + p0 * o.ldb + jr, o.ldb,
-                      len, nr, block + ir * pitch + jr, pitch, p0 > 0);
+                      len, nr, block + ir * pitch + jr, pitch, p0 > 0,
+                      pf_rows > 0 ? b + next + lo * o.ldb : nullptr, pf_rows);
       }
     }
   }
@@ -385,15 +469,30 @@ bool KernelGemmAvx2(const GemmLayout& l, DataType dtype, float alpha,
   if (!HasAvx2() || (!is_bf16 && dtype != DataType::kFloat32)) return false;
   bool possible;
   const bool swap = SwapOperands(l, &possible);
-  if (!possible || (swap ? l.n : l.m) > kSmallM) return false;
+  // float32 past kSmallM rows: OpenBLAS's sgemm is faster. bfloat16 there
+  // runs in blocks of kSmallM rows of a, each a decode product over the
+  // whole of b: sgemm would need both operands converted to float32
+  // workspaces on every call, and measured slower (docs/cpu_gemm.md).
+  const int64_t m = swap ? l.n : l.m;
+  if (!possible || (!is_bf16 && m > kSmallM)) return false;
   const bool use_c = l.has_c && beta != 0.0f;
   const auto run = [&](auto* typed_out, auto element) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
     using E = decltype(element);
     GemmMatrix out_m, c_m;
     const Oriented<E> o = Orient<E>(l, swap, a, b, &out_m, &c_m);
-    RunDecode<T, E>(o, out_m, c_m, alpha, beta,
-                    use_c ? static_cast<const T*>(c) : nullptr, typed_out);
+    const T* tc = use_c ? static_cast<const T*>(c) : nullptr;
+    // Equal blocks (33 rows: 17 + 16, not 32 + 1): each reads all of b.
+    const int64_t blocks = (m + kSmallM - 1) / kSmallM;
+    const int64_t block_rows = (m + blocks - 1) / blocks;
+    for (int64_t i0 = 0; i0 < m; i0 += block_rows) {
+      Oriented<E> rows = o;
+      rows.m = std::min(block_rows, m - i0);
+      rows.a = o.a + i0 * o.lda;
+      RunDecode<T, E>(rows, out_m, c_m, alpha, beta,
+                      tc == nullptr ? nullptr : tc + i0 * c_m.row_stride,
+                      typed_out + i0 * out_m.row_stride);
+    }
     SetLastGemmPath(is_bf16
                         ? (o.b_col_major ? "bf16-dot-avx2" : "bf16-axpy-avx2")
                         : (o.b_col_major ? "f32-dot-avx2" : "f32-axpy-avx2"));
