@@ -24,26 +24,24 @@
 namespace polyops::cpu {
 namespace {
 
-// OpenBLAS runs an sgemm of at most this m*n*k on the calling thread alone
-// (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4 in its
-// interface/gemm.c). Batches of such products are spread over OpenMP
-// threads instead, one whole product per thread, so the two thread pools
-// never run at once.
+// Below this m*n*k a product runs on the calling thread (OpenBLAS's own
+// threshold, SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4 in
+// its interface/gemm.c).
 constexpr double kBlasSerialWork = 65536.0 * 4;
-// Below this total m*n*k a batch is not worth an OpenMP fork.
-constexpr double kBatchParallelWork = 65536.0;
 
-// OpenBLAS keeps its own pthread pool. Matching it to the caller's OpenMP
-// thread count (omp_get_max_threads(), which torch.set_num_threads sets)
-// keeps polyops from running more BLAS threads than torch would; the
-// count is pushed only when it changes (set_num_threads may start threads).
-void SyncBlasThreads() {
-  static std::atomic<int> current{0};
-  const int wanted = omp_get_max_threads();
-  if (current.load(std::memory_order_relaxed) != wanted) {
-    scipy_openblas_set_num_threads(wanted);
-    current.store(wanted, std::memory_order_relaxed);
-  }
+// OpenBLAS runs single-threaded, on the OpenMP threads that torch and
+// polyops share: each thread calls sgemm on its own tiles of the output. With
+// OpenBLAS's own pthread pool the two pools fought for the cores whenever an
+// OpenMP region ran just before a threaded sgemm (gemm's copy of c into out,
+// the float32 staging of float16 operands): the OpenMP threads were still
+// spin-waiting when OpenBLAS's started. gemm with beta = 1 at 512^3 on 2 cores
+// took 8.0 ms against matmul's 1.4 ms.
+void SerialBlas() {
+  static const bool once = [] {
+    scipy_openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
 }
 
 struct FloatMatrix {
@@ -59,21 +57,40 @@ struct FloatMatrix {
 void SgemmBatch(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
                 const FloatMatrix& a, const FloatMatrix& b, float beta,
                 float* c, int64_t ldc, int64_t c_batch_stride) {
-  const auto one = [&](int64_t i) {
-    scipy_cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
-                      b.trans ? CblasTrans : CblasNoTrans,
-                      static_cast<blasint>(m), static_cast<blasint>(n),
-                      static_cast<blasint>(k), alpha,
-                      a.data + i * a.batch_stride, static_cast<blasint>(a.ld),
-                      b.data + i * b.batch_stride, static_cast<blasint>(b.ld),
-                      beta, c + i * c_batch_stride, static_cast<blasint>(ldc));
+  SerialBlas();
+  // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of matrix i.
+  const auto part = [&](int64_t i, int64_t r0, int64_t rows, int64_t c0,
+                        int64_t cols) {
+    scipy_cblas_sgemm(
+        CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
+        b.trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
+        static_cast<blasint>(cols), static_cast<blasint>(k), alpha,
+        a.data + i * a.batch_stride + (a.trans ? r0 : r0 * a.ld),
+        static_cast<blasint>(a.ld),
+        b.data + i * b.batch_stride + (b.trans ? c0 * b.ld : c0),
+        static_cast<blasint>(b.ld), beta,
+        c + i * c_batch_stride + r0 * ldc + c0, static_cast<blasint>(ldc));
   };
   const double work = static_cast<double>(m) * n * k;
-  const bool batch_parallel = batch > 1 && work <= kBlasSerialWork &&
-                              work * batch >= kBatchParallelWork &&
-                              omp_get_max_threads() > 1;
-  if (!batch_parallel) SyncBlasThreads();
-  ParallelFor(batch, batch_parallel, one);
+  if (work * batch <= kBlasSerialWork) {
+    for (int64_t i = 0; i < batch; ++i) part(i, 0, m, 0, n);
+    return;
+  }
+  // Tiles of at most kTile x kTile of each output, over the threads. The
+  // tiling depends on the shape alone, so each element's sum runs the same
+  // way with any thread count (OpenBLAS picks its kernel, and for one row
+  // or column its gemv, from the dimensions it is given).
+  constexpr int64_t kTile = 256;
+  const int64_t row_tiles = (m + kTile - 1) / kTile;
+  const int64_t col_tiles = (n + kTile - 1) / kTile;
+  const int64_t tiles = row_tiles * col_tiles;
+  const bool parallel = omp_get_max_threads() > 1 && batch * tiles > 1;
+  ParallelFor(batch * tiles, parallel, [&](int64_t index) {
+    const int64_t i = index / tiles;
+    const int64_t r0 = index % tiles / col_tiles * kTile;
+    const int64_t c0 = index % col_tiles * kTile;
+    part(i, r0, std::min(kTile, m - r0), c0, std::min(kTile, n - c0));
+  });
 }
 
 // Row-major out = alpha * a @ b + beta * out. A column-major out is

@@ -778,7 +778,7 @@ bool KernelGemm(const GemmLayout& l, DataType dtype, float alpha, float beta,
   const bool is_bf16 = dtype == DataType::kBFloat16;
   if (is_bf16 ? !HasAvx512Bf16()
               : dtype != DataType::kFloat32 || !HasAvx512()) {
-    // Without these kernels, the AVX2 decode kernels (m <= kSmallM).
+    // Without these kernels, the AVX2 kernels (gemm_kernels_avx2.cc).
     return KernelGemmAvx2(l, dtype, alpha, beta, a, b, c, out);
   }
   bool possible;

@@ -1,9 +1,8 @@
 // polyops' own AVX-512 matrix-product kernels, run by BlasGemm ahead of
 // OpenBLAS: bfloat16 (AVX512-BF16 vdpbf16ps on the bfloat16 data: no
 // operand is converted; past kSmallM rows b is packed, still bfloat16, into
-// the pair layout vdpbf16ps reads) and float32 (FMA), every size. At
-// decode sizes sgemm is slow, and at large ones its own thread pool fights
-// the OpenMP pool that torch and polyops share.
+// the pair layout vdpbf16ps reads) and float32 (FMA), every size: at
+// decode sizes sgemm is slow.
 #ifndef POLYOPS_CPU_GEMM_KERNELS_H_
 #define POLYOPS_CPU_GEMM_KERNELS_H_
 
