@@ -390,7 +390,7 @@ def _cpu_flags() -> set[str]:
 def test_kernel_paths_taken(gen, monkeypatch):
     """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md).
 
-    POLYOPS_CPU_GEMM=own: on a CPU with AMX, auto runs bfloat16 on oneDNN.
+    POLYOPS_CPU_GEMM=own: auto runs the m > 32 rows on oneDNN where it is loaded.
     """
     monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
 
@@ -424,8 +424,8 @@ def test_kernel_paths_taken(gen, monkeypatch):
 def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
     """The own kernels give bitwise the same result with 1 and 2 threads, and when repeated.
 
-    Forced to the own kernels: oneDNN (auto's bfloat16 path on AMX CPUs) does
-    not promise a summation order independent of the thread count.
+    Forced to the own kernels: oneDNN (auto's path past 32 rows) does not
+    promise a summation order independent of the thread count.
     """
     monkeypatch.setenv("POLYOPS_CPU_GEMM", "own")
     n, k = 300, 1100

@@ -16,6 +16,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/convert.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/onednn.h"
@@ -227,33 +228,23 @@ GemmChoice ChosenPath(const char* op) {
       value, "'"));
 }
 
-// The CPU has the AMX bfloat16 tile units (CPUID; Linux still has to grant
-// the tile state, which oneDNN requests). Checked before oneDNN is loaded,
-// so that bfloat16 alone never opens the library on a CPU without AMX.
-bool CpuHasAmx() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("amx-bf16") &&
-         __builtin_cpu_supports("amx-tile");
-#else
-  return false;
-#endif
-}
-
 // auto runs oneDNN past the decode rows (m > kSmallM), where the product
-// is compute bound: for bfloat16 where its effective ISA has AMX (the tile
-// units, which polyops' own AVX512-BF16 kernels cannot use), for float32
-// where it has AVX-512 (its kernels beat the own f32-packed kernel in 23 of
-// 25 comparisons on Zen 4; docs/cpu_gemm.md). Decode rows are bound by
-// reading the weight; there the own kernels measured faster.
+// is compute bound and oneDNN's brgemm kernels beat the own packed ones:
+// float32 where its ISA has AVX-512 (23 of 25 comparisons on Zen 4),
+// bfloat16 where it has AVX512-BF16 (on a quiet Zen 4, 1.1-2.2x the own
+// bf16-packed kernel from m = 33 to 4096 x 11008 x 4096, within 3 % of
+// torch's oneDNN), which includes AMX, whose tile units the own kernels
+// cannot use (docs/cpu_gemm.md). Decode rows are bound by reading the
+// weight; there the own kernels measured faster. The polyops ISA check
+// comes first: POLYOPS_CPU_ISA caps it, not oneDNN's.
 bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
   const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
   if (rows <= kSmallM) return false;
-  // HasAvx512() first: POLYOPS_CPU_ISA caps it, not oneDNN's own check.
   if (dtype == DataType::kFloat32) return HasAvx512() && onednn::HasAvx512();
-  if (dtype != DataType::kBFloat16) return false;
-  static const bool cpu_has_amx = CpuHasAmx();
-  return cpu_has_amx && onednn::HasAmx();
+  if (dtype == DataType::kBFloat16) {
+    return HasAvx512Bf16() && onednn::HasAvx512Bf16();
+  }
+  return false;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The CPU matrix-product driver behind matmul, gemm and linear: oneDNN's
 // matmul (cpu/onednn.h) past the decode rows (float32 with AVX-512, bfloat16
-// with AMX), polyops' own AVX-512 kernels (cpu/gemm_kernels.h) where they
+// with AVX512-BF16), polyops' own kernels (cpu/gemm_kernels.h) where they
 // apply, else OpenBLAS sgemm (the scipy-openblas32 wheel) on float32 data,
 // float16/bfloat16 converted through float32 workspaces.
 // POLYOPS_CPU_GEMM=auto|onednn|own|openblas overrides the choice

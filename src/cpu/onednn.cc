@@ -12,8 +12,8 @@ Info GetInfo() {
   return info;
 }
 void SetLibraryPath(const std::string&) {}
-bool HasAmx() { return false; }
 bool HasAvx512() { return false; }
+bool HasAvx512Bf16() { return false; }
 bool Gemm(const char*, const GemmLayout&, DataType, float, float, const void*,
           const void*, const void*, void*) {
   return false;
@@ -81,6 +81,7 @@ struct Library {
   Api api;
   dnnl_engine_t engine = nullptr;
   bool avx512 = false;  // effective ISA >= avx512_core
+  bool bf16 = false;    // effective ISA >= avx512_core_bf16
   Info info;
 };
 
@@ -189,6 +190,8 @@ std::shared_ptr<const Library> Load(const std::string& path) {
       (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
   library->avx512 =
       (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  library->bf16 =
+      (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   const dnnl_status_t status =
       library->api.dnnl_engine_create(&library->engine, dnnl_cpu, 0);
   if (status != dnnl_success) {
@@ -444,14 +447,14 @@ void SetLibraryPath(const std::string& path) {
   }
 }
 
-bool HasAmx() {
-  const std::shared_ptr<const Library> library = Loaded();
-  return library->info.available && library->info.amx;
-}
-
 bool HasAvx512() {
   const std::shared_ptr<const Library> library = Loaded();
   return library->info.available && library->avx512;
+}
+
+bool HasAvx512Bf16() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->bf16;
 }
 
 bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,

@@ -34,13 +34,14 @@ Info GetInfo();
 // package hands the wheel's path at import, tests a bad one.
 void SetLibraryPath(const std::string& path);
 
-// True when oneDNN is loaded and its effective ISA has AMX (bfloat16 tiles),
-// where it beats polyops' own AVX512-BF16 kernels.
-bool HasAmx();
-
 // True when oneDNN is loaded and its effective ISA has at least AVX-512
 // (avx512_core), the ISA its float32 kernels were measured on.
 bool HasAvx512();
+
+// True when oneDNN is loaded and its effective ISA has at least
+// AVX512-BF16 (avx512_core_bf16; AMX ISAs include it), the ISA its
+// bfloat16 kernels were measured on.
+bool HasAvx512Bf16();
 
 // out = alpha * a @ b (+ beta * c when layout.has_c and beta != 0) with a
 // oneDNN matmul primitive, and true; false without touching out when oneDNN
