@@ -172,10 +172,10 @@ def _cases(gen: torch.Generator) -> dict[str, dict]:
     return cases
 
 
-def _run_avx2(cases: dict[str, dict], tmp_path) -> dict:
+def _run_avx2(cases: dict[str, dict], tmp_path, isa: str = "avx2") -> dict:
     inputs = {name: {key: c[key] for key in ("op", "args", "kwargs")} for name, c in cases.items()}
     torch.save(inputs, tmp_path / "cases.pt")
-    env = dict(os.environ, POLYOPS_CPU_ISA="avx2")
+    env = dict(os.environ, POLYOPS_CPU_ISA=isa)
     subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
         env=env,
@@ -229,3 +229,22 @@ def test_avx2_non_finite(tmp_path, gen):
             33,
             magnitude,
         )
+
+
+def test_avx512_without_bf16(tmp_path, gen):
+    """AVX-512 without AVX512-BF16 (Skylake-X; POLYOPS_CPU_ISA=avx512): bfloat16 on AVX2 kernels.
+
+    Neither the AVX512-BF16 kernels nor oneDNN's bfloat16 path (chosen past 32
+    rows only with AVX512-BF16) may run; float32 keeps its AVX-512 paths.
+    """
+    cases = {
+        name: case
+        for name, case in _cases(gen).items()
+        if case["args"][0].dtype == BF16 and "openblas" not in case["path"]
+    }
+    results = _run_avx2(cases, tmp_path, isa="avx512")
+    for name, case in cases.items():
+        two, one, path = results[name]
+        assert path == case["path"], (name, path)
+        assert_product_close(two, case["ref"], BF16, case["k"], case["magnitude"])
+        assert torch.equal(two, one), name

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "cpu/avx512_rows.h"
 #include "cpu/convert.h"
 #include "cpu/gemm_orient.h"
 #include "cpu/parallel.h"
@@ -27,7 +28,8 @@
 // intrinsics (GCC emits AVX512-BF16 instructions only for its intrinsics),
 // so they run on any CPU with AVX-512; the bfloat16 ones also need
 // AVX512-BF16. Both are chosen at run time by CPUID (HasAvx512,
-// HasAvx512Bf16), as the other ISA variants are.
+// HasAvx512Bf16 of cpu/avx512_rows.h, which POLYOPS_CPU_ISA caps), as the
+// other ISA variants are.
 #define POLYOPS_TARGET_GEMM \
   __attribute__((           \
       target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -36,12 +38,6 @@ namespace polyops::cpu {
 namespace {
 
 thread_local const char* last_path = "openblas";
-
-bool HasAvx512Bf16() {
-  static const bool has =
-      HasAvx512() && __builtin_cpu_supports("avx512bf16") != 0;
-  return has;
-}
 
 // Element access for the two storage types the kernels read: bfloat16 as
 // its bits (vdpbf16ps multiplies pairs of them into float32 sums) and
