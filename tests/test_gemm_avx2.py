@@ -129,6 +129,13 @@ def _cases(gen: torch.Generator) -> dict[str, dict]:
         matmul(
             f"matmul-batch-shared-{d}", a, make_tensor((70, 41), dtype, gen), _path(dtype, False)
         )
+        # One row of a per matrix: whole rows of b per task, partial rows added.
+        matmul(
+            f"matmul-batch-m1-{d}",
+            make_tensor((3, 1, 70), dtype, gen),
+            make_tensor((3, 70, 41), dtype, gen),
+            _path(dtype, False),
+        )
         linear(
             f"linear-batch-{d}",
             a,

@@ -414,12 +414,89 @@ POLYOPS_TARGET_AVX2 void AxpyBlock(const Oriented<E>& o, int64_t bi, int64_t j0,
   }
 }
 
+// acc[0:n] += sum over p < len of a[p] * b[p][0:n] (b row-major, ldb
+// apart), four rows of b per sweep of acc; acc is padded to whole vectors.
+template <typename E>
+POLYOPS_TARGET_AVX2 void StreamRows(const E* a, const E* b, int64_t ldb,
+                                    int64_t len, int64_t n, float* acc) {
+  constexpr int kRows = 4;
+  int64_t p = 0;
+  for (; p + kRows <= len; p += kRows) {
+    __m256 av[kRows];
+    for (int r = 0; r < kRows; ++r) av[r] = Broadcast(a + p + r);
+    const E* row = b + p * ldb;
+    for (int64_t j = 0; j < n; j += 8) {
+      const int lanes = static_cast<int>(std::min<int64_t>(8, n - j));
+      __m256 v = _mm256_loadu_ps(acc + j);
+      for (int r = 0; r < kRows; ++r) {
+        v = _mm256_fmadd_ps(av[r], LoadRow(row + r * ldb + j, lanes), v);
+      }
+      _mm256_storeu_ps(acc + j, v);
+    }
+  }
+  for (; p < len; ++p) {
+    const __m256 av = Broadcast(a + p);
+    for (int64_t j = 0; j < n; j += 8) {
+      const int lanes = static_cast<int>(std::min<int64_t>(8, n - j));
+      _mm256_storeu_ps(acc + j,
+                       _mm256_fmadd_ps(av, LoadRow(b + p * ldb + j, lanes),
+                                       _mm256_loadu_ps(acc + j)));
+    }
+  }
+}
+
+// One row of a times a row-major b (x @ w, m = 1). The column blocks of
+// RunDecode read each row of b in runs of one block's width, a whole row
+// apart, which the prefetchers follow poorly (bfloat16 4096 x 4096 on 2
+// threads: 19.8 GB/s against torch's 37.8 on AVX-512 without BF16). Here
+// a task takes whole rows of b, one contiguous run of memory, and sums them
+// in float32 into its own partial row; the partials are then added in task
+// order. The rows per task depend on k only, so each sum's order is fixed
+// by the shape.
+template <typename T, typename E>
+void RunRowStream(const Oriented<E>& o, const GemmMatrix& out_m,
+                  const GemmMatrix& c_m, float alpha, float beta, const T* c,
+                  T* out) {
+  // At most 16 tasks per matrix, of whole multiples of 16 rows.
+  const int64_t rows = RoundUp((o.k + 15) / 16, 16);
+  const int64_t chunks = (o.k + rows - 1) / rows;
+  const int64_t n_pad = RoundUp(o.n, 8);
+  const int64_t tasks = o.batch * chunks;
+  std::vector<float> partial(static_cast<size_t>(tasks * n_pad), 0.0f);
+  const auto task = [&](int64_t t) {
+    const int64_t bi = t / chunks;
+    const int64_t p0 = t % chunks * rows;
+    StreamRows(o.a + bi * o.a_batch + p0, o.b + bi * o.b_batch + p0 * o.ldb,
+               o.ldb, std::min(rows, o.k - p0), o.n,
+               partial.data() + t * n_pad);
+  };
+  const double work = static_cast<double>(o.batch) * o.n * o.k;
+  if (work >= 65536.0 * 4 && tasks > 1 && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  }
+  for (int64_t bi = 0; bi < o.batch; ++bi) {
+    float* sum = partial.data() + bi * chunks * n_pad;
+    for (int64_t ch = 1; ch < chunks; ++ch) {
+      const float* part = sum + ch * n_pad;
+      for (int64_t j = 0; j < o.n; ++j) sum[j] += part[j];
+    }
+    FinishRows(sum, n_pad, 1, o.n, bi, 0, alpha, beta, c, c_m, out, out_m);
+  }
+}
+
 template <typename T, typename E>
 void RunDecode(const Oriented<E>& o, const GemmMatrix& out_m,
                const GemmMatrix& c_m, float alpha, float beta, const T* c,
                T* out) {
-  const int64_t threads = std::max(1, omp_get_max_threads());
   const bool dot = o.b_col_major;
+  if (!dot && o.m == 1) {
+    RunRowStream<T, E>(o, out_m, c_m, alpha, beta, c, out);
+    return;
+  }
+  const int64_t threads = std::max(1, omp_get_max_threads());
   // Column blocks over the threads, at least 8 per thread and taken
   // dynamically: the product is a pass over the weight, and a thread that
   // starts late (a busy core) leaves its blocks to the others instead of
