@@ -446,8 +446,8 @@ def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
 @pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
 def test_override_values(value, gen, monkeypatch):
     """Each value runs the path it names; auto/unset run a float32 product past the decode
-    rows on oneDNN where it loads with AVX-512, else on the own kernels (OpenBLAS without
-    AVX-512), and decode rows on the own kernels."""
+    rows on oneDNN where it loads with AVX-512 (bfloat16: AVX512-BF16), else on the own
+    kernels (OpenBLAS without AVX-512), and decode rows on the own kernels."""
     info = polyops._C._onednn_info()
     onednn_f32 = info["available"] and info["isa"].startswith("avx512")
     auto = ("onednn",) if onednn_f32 else ("f32-packed", "openblas")
@@ -462,6 +462,17 @@ def test_override_values(value, gen, monkeypatch):
     decode_paths = {"openblas": ("openblas",)}.get(value, ("f32-axpy", "openblas"))
     assert polyops._C._cpu_gemm_path() in decode_paths, value
     assert_product_close(out, ref_mm(decode, b), F32, 24, mag_mm(decode, b))
+    # bfloat16 past the decode rows: oneDNN where both polyops and oneDNN see
+    # AVX512-BF16 (AMX included), else the own kernels.
+    bf16_isas = {"avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx", "avx512_core_amx_fp16"}
+    onednn_bf16 = info["available"] and info["isa"] in bf16_isas and "avx512_bf16" in _cpu_flags()
+    own_bf16 = ("bf16-packed", "bf16-axpy-avx2", "openblas")
+    auto_bf16 = ("onednn",) if onednn_bf16 else own_bf16
+    a, b = make_tensor((40, 24), BF16, gen), make_tensor((24, 36), BF16, gen)
+    out = torch.ops.polyops.matmul(a, b)
+    bf16_paths = {"own": own_bf16, "openblas": ("openblas",)}.get(value, auto_bf16)
+    assert polyops._C._cpu_gemm_path() in bf16_paths, value
+    assert_product_close(out, ref_mm(a, b), BF16, 24, mag_mm(a, b))
 
 
 def test_override_bad_value(monkeypatch):
