@@ -2,9 +2,10 @@
 // causal_softmax): 16-bit floats are converted in registers, 16 per
 // instruction, instead of through a staged float copy of the row, and large
 // outputs are written with 64-byte non-temporal stores in the same loop
-// (no second copy pass). Every loop keeps the summation order and the
-// rounding of the generic kernels in row_kernels.h, so the variants give the
-// same bits (tests/test_cpu_isa.py).
+// (no second copy pass), left unfenced: callers run the rows under
+// ParallelForStreaming (cpu/parallel.h), which fences once per thread. Every
+// loop keeps the summation order and the rounding of the generic kernels in
+// row_kernels.h, so the variants give the same bits (tests/test_cpu_isa.py).
 #ifndef POLYOPS_CPU_AVX512_ROWS_H_
 #define POLYOPS_CPU_AVX512_ROWS_H_
 
@@ -208,37 +209,56 @@ POLYOPS_AVX512_INLINE float SumOfSquares512(const T* x, int64_t n) {
   return sum;
 }
 
-// y = x * scale * w (w as float), in ScaleStagedRow's order.
+// The 32 elements from p (one or two 64-byte lines) fetched into L2.
+template <typename T>
+POLYOPS_AVX512_INLINE void PrefetchChunk32(const T* p) {
+  for (int64_t byte = 0; byte < 32 * int64_t{sizeof(T)}; byte += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p) + byte, _MM_HINT_T1);
+  }
+}
+
+// y = x * scale * w (w as float), in ScaleStagedRow's order. `next` and
+// `next2` (nullptr: none) are the n-element rows the caller reads next,
+// fetched into L2 while this row computes from L1: the row's first pass
+// otherwise starts every row with only the hardware prefetcher reading,
+// and the memory idles while this pass computes.
 template <bool kNativeBf16, typename T>
 POLYOPS_AVX512_INLINE void ScaleRow512(const T* x, const float* w, float scale,
-                                       T* y, int64_t n, bool stream) {
+                                       T* y, int64_t n, bool stream,
+                                       const T* next = nullptr,
+                                       const T* next2 = nullptr) {
   const __m512 s = _mm512_set1_ps(scale);
   stream = StreamRow(y, stream);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    if (next) PrefetchChunk32(next + i);
+    if (next2) PrefetchChunk32(next2 + i);
     const __m512 lo =
         _mm512_mul_ps(_mm512_mul_ps(Load16(x + i), s), _mm512_loadu_ps(w + i));
     const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(Load16(x + i + 16), s),
                                     _mm512_loadu_ps(w + i + 16));
     Store32(y + i, Round32<T, kNativeBf16>(lo, hi), stream);
   }
+  if (i < n && next) PrefetchChunk32(next + i);
+  if (i < n && next2) PrefetchChunk32(next2 + i);
   for (; i < n; i += 16) {
     const __mmask16 mask = n - i >= 16 ? __mmask16{0xffff} : TailMask(n - i);
     const __m512 v = _mm512_mul_ps(_mm512_mul_ps(Load16(x + i, mask), s),
                                    _mm512_maskz_loadu_ps(mask, w + i));
     Store16(y + i, v, mask);
   }
-  if (stream) _mm_sfence();
 }
 
-// rms_norm of one row: y = x / sqrt(mean(x^2) + eps) * w.
+// rms_norm of one row: y = x / sqrt(mean(x^2) + eps) * w; `next`: the row
+// read next (ScaleRow512).
 template <typename T, bool kNativeBf16 = false>
 POLYOPS_TARGET_AVX512_ROWS void RmsNormRow512(const T* x, const float* w, T* y,
                                               int64_t hidden, float eps,
-                                              bool stream) {
+                                              bool stream,
+                                              const T* next = nullptr) {
   const float sum = SumOfSquares512(x, hidden);
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
-  ScaleRow512<kNativeBf16>(x, w, scale, y, hidden, stream);
+  ScaleRow512<kNativeBf16>(x, w, scale, y, hidden, stream, next);
 }
 
 // Round32 that also replaces lo and hi by the rounded values as float:
@@ -266,12 +286,15 @@ POLYOPS_AVX512_INLINE Chunk32 RoundKeep32(__m512& lo, __m512& hi) {
 // add_rms_norm of one row: x = a + b (rounded to T) goes to `x` and to
 // `stage` (hidden elements of T, stays in L1), and its sum of squares is
 // taken in the same pass (SumOfSquares' order: 64-element groups here, the
-// tail from `stage`); then y = stage * scale * w as rms_norm's.
+// tail from `stage`); then y = stage * scale * w as rms_norm's, fetching
+// next_a and next_b, the rows read next (ScaleRow512).
 template <typename T, bool kNativeBf16 = false>
 POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
                                                  const float* w, T* x, T* y,
                                                  int64_t hidden, float eps,
-                                                 T* stage, bool stream) {
+                                                 T* stage, bool stream,
+                                                 const T* next_a = nullptr,
+                                                 const T* next_b = nullptr) {
   const bool stream_x = StreamRow(x, stream);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -297,7 +320,6 @@ POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
     Store16(stage + i, v, mask);
     Store16(x + i, v, mask);
   }
-  if (stream_x) _mm_sfence();
   float sum = 0.0f;
   for (i = groups_end; i < hidden; ++i) {
     const float v = Load(stage + i);
@@ -307,7 +329,7 @@ POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
   for (int k = 0; k < 4; ++k) _mm512_store_ps(partial + 16 * k, acc[k]);
   for (int lane = 0; lane < 64; ++lane) sum += partial[lane];
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
-  ScaleRow512<kNativeBf16>(stage, w, scale, y, hidden, stream);
+  ScaleRow512<kNativeBf16>(stage, w, scale, y, hidden, stream, next_a, next_b);
 }
 
 // The maximum of x[0, visible) as float, with the row staged into `stage`
@@ -389,7 +411,6 @@ POLYOPS_AVX512_INLINE void ScaleAndZeroChunks512(const float* stage, __m512 s,
     const __mmask16 mask = k - i >= 16 ? __mmask16{0xffff} : TailMask(k - i);
     Store16(y + i, ScaledVisible(stage, i, visible, s), mask);
   }
-  if (kStream) _mm_sfence();
 }
 
 // `normal`: the caller knows stage * inverse holds no subnormal.

@@ -91,14 +91,18 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
             const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
                                 cpu::kStreamingBytes;
             auto run = [&](auto native_bf16) {
-              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-                int64_t at[4];
-                rows_.Offsets(row, at);
-                T stage[cpu::kMaxStagedRow];
-                cpu::AddRmsNormRow512<T, decltype(native_bf16)::value>(
-                    a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
-                    eps_f, stage, stream);
-              });
+              cpu::ParallelForStreaming(
+                  rows_.numel, parallel, [&](int64_t row) {
+                    int64_t at[4], next[4];
+                    rows_.Offsets(row, at);
+                    const bool last = row + 1 == rows_.numel;
+                    if (!last) rows_.Offsets(row + 1, next);
+                    T stage[cpu::kMaxStagedRow];
+                    cpu::AddRmsNormRow512<T, decltype(native_bf16)::value>(
+                        a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
+                        eps_f, stage, stream, last ? nullptr : a + next[2],
+                        last ? nullptr : b + next[3]);
+                  });
             };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
               run(std::true_type{});

@@ -65,12 +65,16 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
 #ifdef POLYOPS_HAVE_AVX512_ROWS
           if (cpu::HasAvx512()) {
             auto run = [&](auto native_bf16) {
-              cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {
-                int64_t at[2];
-                rows_.Offsets(row, at);
-                cpu::RmsNormRow512<T, decltype(native_bf16)::value>(
-                    x + at[1], ws, y + at[0], hidden, eps_f, stream);
-              });
+              cpu::ParallelForStreaming(
+                  rows_.numel, parallel, [&](int64_t row) {
+                    int64_t at[2], next[2];
+                    rows_.Offsets(row, at);
+                    const bool last = row + 1 == rows_.numel;
+                    if (!last) rows_.Offsets(row + 1, next);
+                    cpu::RmsNormRow512<T, decltype(native_bf16)::value>(
+                        x + at[1], ws, y + at[0], hidden, eps_f, stream,
+                        last ? nullptr : x + next[1]);
+                  });
             };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
               run(std::true_type{});
