@@ -525,7 +525,7 @@ void RunBlocked(const Oriented<E>& o, const GemmMatrix& out_m,
   const int64_t m_blocks = (o.m + blk.mc - 1) / blk.mc;
   const int64_t n_blocks = (o.n + blk.nc - 1) / blk.nc;
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
-  ParallelFor(o.batch * n_blocks * m_blocks, work >= 65536.0 * 4,
+  ParallelFor(o.batch * n_blocks * m_blocks, work >= kParallelGemmWork,
               [&](int64_t t) {
                 const int64_t ib = t % m_blocks;
                 const int64_t jb = (t / m_blocks) % n_blocks;
@@ -716,7 +716,7 @@ void RunPacked(const Oriented<E>& o, const GemmMatrix& out_m,
   const int64_t m_blocks = (o.m + kMcMax - 1) / kMcMax;
   const int64_t mc = RoundUp((o.m + m_blocks - 1) / m_blocks, kMr);
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
-  ParallelFor(o.batch * n_blocks, work >= 65536.0 * 4, [&](int64_t t) {
+  ParallelFor(o.batch * n_blocks, work >= kParallelGemmWork, [&](int64_t t) {
     const int64_t bi = t / n_blocks;
     const int64_t j0 = t % n_blocks * kNc;
     const int64_t cols = std::min(kNc, o.n - j0);

@@ -482,7 +482,7 @@ void RunRowStream(const Oriented<E>& o, const GemmMatrix& out_m,
                partial.data() + t * n_pad);
   };
   const double work = static_cast<double>(o.batch) * o.n * o.k;
-  if (work >= 65536.0 * 4 && tasks > 1 && omp_get_max_threads() > 1) {
+  if (work >= kParallelGemmWork && tasks > 1 && omp_get_max_threads() > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) task(t);
   } else {
@@ -540,7 +540,7 @@ void RunDecode(const Oriented<E>& o, const GemmMatrix& out_m,
                out_m);
   };
   const double work = static_cast<double>(o.batch) * o.m * o.n * o.k;
-  if (work >= 65536.0 * 4 && tasks > 1 && threads > 1) {
+  if (work >= kParallelGemmWork && tasks > 1 && threads > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) task(t);
   } else {

@@ -12,6 +12,10 @@
 
 namespace polyops::cpu {
 
+// Below this batch * m * n * k the kernels run a product on the calling
+// thread: an OpenMP fork costs more than it saves.
+inline constexpr double kParallelGemmWork = 65536.0 * 4;
+
 // A product oriented for the kernels: a row-major, b row-major or
 // column-major (b_col_major), out and c with any strides.
 template <typename E>
