@@ -1,6 +1,6 @@
 """The row kernels, the attention tile kernel, the compute-bound elementwise maps
-(silu_and_mul's two slots, swiglu) and the rotary kernel exist in baseline, AVX2 and AVX-512
-builds, chosen at run time.
+(silu_and_mul's two slots, swiglu), the rotary kernel and add / mul exist in baseline, AVX2
+and AVX-512 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
 (and AVX-512 with and without AVX512_BF16's rounding instruction) and must
@@ -117,6 +117,10 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     ma, mb = big[:, :4099], res[:, 1:]
     ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
     out[f"mul_{dtype}"] = polyops.mul(ma, mb)
+    out[f"add_{dtype}"] = polyops.add(ma, mb)
+    # Contiguous, over 16 MiB: AVX-512 streams them (cpu/binary512.h).
+    out[f"mul_big_{dtype}"] = polyops.mul(big, res)
+    out[f"add_big_{dtype}"] = polyops.add(big, res)
 torch.save(out, sys.argv[1])
 """
 
@@ -212,6 +216,9 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "causal_softmax_wide",
             "causal_softmax_long",
             "mul",
+            "add",
+            "mul_big",
+            "add_big",
         ):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key].view(bits)
@@ -226,6 +233,9 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "add_rms_norm_big_specials",
             "causal_softmax_big",
             "mul",
+            "add",
+            "mul_big",
+            "add_big",
         ):
             key = f"{op}_{dtype}"
             baseline = results["baseline"][key]

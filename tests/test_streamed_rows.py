@@ -1,5 +1,6 @@
-"""Row ops whose outputs reach 16 MiB take the non-temporal store path on CPUs
-with AVX-512 (rms_norm, add_rms_norm, causal_softmax; src/cpu/avx512_rows.h),
+"""Ops whose outputs reach 16 MiB take the non-temporal store path on CPUs with
+AVX-512 (rms_norm, add_rms_norm, causal_softmax: src/cpu/avx512_rows.h; add and
+mul: src/cpu/binary512.h),
 fenced once per thread instead of once per row, while the next row is fetched
 ahead. Rows are independent, so the rows of such a call must equal, bit for bit,
 the same rows computed in a call small enough to use ordinary stores, and match
@@ -103,3 +104,56 @@ def test_causal_softmax_streamed_rows(dtype: torch.dtype, aligned: bool) -> None
         assert torch.equal(y[b].nan_to_num(7.0), small.nan_to_num(7.0)), b
     _check(y[-1, ::37], causal_softmax_reference(x[-1])[::37], dtype)
     assert torch.isnan(y[-1, 700, :701]).all() and (y[-1, 700, 701:] == 0).all()
+
+
+def _binary_operands(dtype: torch.dtype, kind: str, g: torch.Generator):
+    """add / mul operands whose output reaches the streaming threshold, with
+    NaN, inf and results in the subnormal range among normal data."""
+    # Rows of 4099: a vector tail, and most rows off 64-byte alignment.
+    numel = (STREAMING_BYTES // dtype.itemsize // 4099 + 2) * 4099
+    a = torch.randn(numel, generator=g).to(dtype)
+    b = torch.randn(numel, generator=g).to(dtype)
+    a[7], a[numel // 2], b[100] = float("nan"), float("inf"), float("-inf")
+    tiny = 1e-20 if dtype != torch.float16 else 1e-3
+    a[200:260], b[200:260] = tiny, tiny  # products below the normal range
+    if kind == "broadcast":
+        return a.view(-1, 4099), b[:4099]  # b a row broadcast over a's rows
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("kind", ["aligned", "misaligned", "in_place", "broadcast"])
+def test_binary_streamed(dtype: torch.dtype, op: str, kind: str) -> None:
+    """The streamed call equals float64 rounded once to the dtype, bit for bit:
+    the float sum or product of two float32 / float16 / bfloat16 values,
+    rounded once, is the correctly rounded result (float32 carries more than
+    twice their significand plus two bits), so no tolerance is needed."""
+    g = torch.Generator().manual_seed(14)
+    a, b = _binary_operands(dtype, kind, g)
+    expected = (a.double() + b.double() if op == "add" else a.double() * b.double()).to(dtype)
+    fn = getattr(polyops, op)
+    if kind == "in_place":
+        a_copy = a.clone()
+        y = fn(a, b, out=a)
+        assert y.data_ptr() == a.data_ptr()
+        a = a_copy
+    else:
+        out = torch.empty_like(a) if kind != "misaligned" else _misaligned(a.shape, dtype)
+        y = fn(a, b, out=out)
+        assert y.data_ptr() == out.data_ptr()
+    nan = expected.isnan()
+    assert nan.any() and torch.equal(y.isnan(), nan)
+    assert torch.equal(y[~nan], expected[~nan])
+    if op == "mul":  # the rounding of subnormal results (VCVTNE2PS2BF16 flushes them)
+        assert (y[~nan] != 0).logical_and(y[~nan].abs() < torch.finfo(dtype).tiny).any()
+    # Small calls (ordinary stores) give the same bits as the streamed one.
+    bits = torch.int16 if dtype.itemsize == 2 else torch.int32
+    rows = a.shape[0] if a.dim() == 2 else a.numel() // 4099
+    for lo in (0, rows // 2 - 1, rows - 2):
+        if a.dim() == 2:
+            part_a, part_b, part_y = a[lo : lo + 2], b, y[lo : lo + 2]
+        else:
+            span = slice(lo * 4099, (lo + 2) * 4099)
+            part_a, part_b, part_y = a[span], b[span], y[span]
+        assert torch.equal(fn(part_a, part_b).view(bits), part_y.view(bits)), lo
