@@ -4,7 +4,9 @@
 // the figures are what the core spends per element, not what memory allows;
 // `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
 // streamed as the library streams them) for the single-thread memory side.
-// A second table runs causal_softmax's AVX-512 row over a [256, 1024] causal
+// On a CPU with AVX2 but no AVX-512 it runs the AVX2 loops instead (one
+// table, with bfloat16 / float16 mul). A second table runs causal_softmax's
+// AVX-512 row over a [256, 1024] causal
 // triangle (in cache), or B copies of it with a second argument
 // (`row_kernels_incache 64 128`: 32M elements, out of cache), and its exp
 // pass alone; docs/cpu_softmax.md quotes it.
@@ -24,7 +26,9 @@
 #include <random>
 #include <vector>
 
+#include "cpu/avx2_rows.h"
 #include "cpu/avx512_rows.h"
+#include "cpu/binary_vector.h"
 #include "cpu/causal_softmax/omp.h"
 #include "cpu/rms_norm/omp.h"
 #include "cpu/row_kernels.h"
@@ -278,14 +282,101 @@ void RunCausal(const char* name, int64_t batches) {
               softmax, copy / softmax, exp_pass, max_pass, scale_pass, other);
 }
 
+// The AVX2 loops (cpu/avx2_rows.h) on a CPU without AVX-512, against the
+// staged generic kernels, memcpy and bfloat16 / float16 mul; the same rows
+// as Run, softmax over full rows.
+template <typename T>
+void RunAvx2(const char* name, int64_t rows) {
+  namespace cpu = polyops::cpu;
+  const int64_t n = rows * kHidden;
+  const bool stream = n * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+  const int samples = rows > 256 ? 5 : 25;
+  const int calls = rows > 256 ? 1 : 20;
+  std::mt19937 gen(0);
+  Buffer<T> x(n), r(n), y(n), s(n), w(kHidden);
+  Fill(x, gen), Fill(r, gen), Fill(w, gen);
+  std::vector<float> ws(kHidden), stage(cpu::kMaxStagedRow);
+  std::vector<T> t_stage(cpu::kMaxStagedRow), y_stage(cpu::kMaxStagedRow);
+  cpu::LoadBlock(w.data(), 1, ws.data(), kHidden);
+  std::vector<float> pairs = ws;  // the AVX2 rows' weight order
+  cpu::PairOrderWeights<T>(pairs.data(), kHidden);
+  const float eps = 1e-6f;
+  auto time = [&](auto&& fn) { return NsPerElement(n, samples, calls, fn); };
+  auto fenced = [&](auto&& fn) {
+    return time([&] {
+      fn();
+      if (stream) cpu::StoreFence();  // as ParallelForStreaming
+    });
+  };
+  const double copy =
+      time([&] { std::memcpy(y.data(), x.data(), n * sizeof(T)); });
+  const auto generic = cpu::RmsNormRowForCpu<T>();
+  const double rms_generic = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      generic(x.data() + row * kHidden, ws.data(), y.data() + row * kHidden,
+              kHidden, eps, stage.data(), stream ? y_stage.data() : nullptr);
+    }
+  });
+  const double rms = fenced([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::RmsNormRow256<T>(x.data() + row * kHidden, pairs.data(),
+                            y.data() + row * kHidden, kHidden, eps, stream,
+                            nullptr);
+    }
+  });
+  const double add_rms = fenced([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::AddRmsNormRow256<T>(
+          x.data() + row * kHidden, r.data() + row * kHidden, pairs.data(),
+          s.data() + row * kHidden, y.data() + row * kHidden, kHidden, eps,
+          t_stage.data(), stream, nullptr, nullptr);
+    }
+  });
+  const auto softmax_generic = cpu::CausalSoftmaxRowForCpu<T>();
+  const double softmax_gen = time([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      softmax_generic(x.data() + row * kHidden, y.data() + row * kHidden,
+                      kHidden, kHidden, stage.data());
+    }
+  });
+  const double softmax = fenced([&] {
+    for (int64_t row = 0; row < rows; ++row) {
+      cpu::CausalSoftmaxRow256<T>(x.data() + row * kHidden,
+                                  y.data() + row * kHidden, kHidden, kHidden,
+                                  stage.data(), stream, nullptr, 0);
+    }
+  });
+  const double mul = fenced([&] {
+    cpu::BinarySpan256<cpu::BinaryOp::kMul, T>(x.data(), r.data(), y.data(), n,
+                                               stream);
+  });
+  std::printf("%-5s %7.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, copy,
+              rms_generic, rms, add_rms, softmax_gen, softmax, mul);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 64;
   if (!polyops::cpu::HasAvx512Bf16()) {
-    std::printf("this CPU has no AVX-512 + AVX512_BF16: not measured\n");
+    if (polyops::cpu::HasAvx512() || !polyops::cpu::HasAvx2()) {
+      std::printf(
+          "this CPU has AVX-512 without AVX512_BF16, or no AVX2: not "
+          "measured\n");
+      return 0;
+    }
+    std::printf(
+        "AVX2 (no AVX-512): CPU ns per element, one thread, %lld x %lld "
+        "(fastest sample); add_rms: per element of x1; softmax: full rows\n",
+        static_cast<long long>(rows), static_cast<long long>(kHidden));
+    std::printf("%-5s %7s %9s %9s %9s %9s %9s %9s\n", "dtype", "memcpy",
+                "rms gen", "rms 256", "addrms256", "smax gen", "smax 256",
+                "mul 256");
+    RunAvx2<float>("f32", rows);
+    RunAvx2<Half>("f16", rows);
+    RunAvx2<BFloat16>("bf16", rows);
     return 0;
   }
-  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 64;
   std::printf(
       "CPU ns per element, one thread, %lld x %lld (fastest sample); add_rms: "
       "per "

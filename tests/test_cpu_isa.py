@@ -118,7 +118,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
     out[f"mul_{dtype}"] = polyops.mul(ma, mb)
     out[f"add_{dtype}"] = polyops.add(ma, mb)
-    # Contiguous, over 16 MiB: AVX-512 streams them (cpu/binary512.h).
+    # Contiguous, over 16 MiB: AVX-512 and AVX2 stream them (cpu/binary_vector.h).
     out[f"mul_big_{dtype}"] = polyops.mul(big, res)
     out[f"add_big_{dtype}"] = polyops.add(big, res)
 torch.save(out, sys.argv[1])

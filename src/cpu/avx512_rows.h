@@ -21,6 +21,7 @@
 #endif
 
 #include "cpu/convert.h"
+#include "cpu/row_kernels.h"
 
 namespace polyops::cpu {
 
@@ -193,13 +194,6 @@ POLYOPS_AVX512_INLINE void Store16(T* p, __m512 v, __mmask16 mask) {
   } else {
     _mm256_mask_storeu_epi16(p, mask, Round16<T>(v));
   }
-}
-
-// Whether a row written from `p` can take the non-temporal path: asked for
-// and 64-byte aligned (then every 32-element chunk is).
-template <typename T>
-inline bool StreamRow(const T* p, bool stream) {
-  return stream && (reinterpret_cast<uintptr_t>(p) & 63) == 0;
 }
 
 // sum(x^2) in SumOfSquares' order: 64 lane sums (four vectors), the tail

@@ -134,6 +134,14 @@ POLYOPS_INLINE void ScaleStagedRow(const float* x, const float* w, float scale,
 // every output line from memory before overwriting it.
 inline constexpr int64_t kStreamingBytes = int64_t{16} << 20;
 
+// Whether a row written from `p` can take the vector loops' non-temporal
+// path: asked for and 64-byte aligned (then every 32-byte and 64-byte chunk
+// is).
+template <typename T>
+inline bool StreamRow(const T* p, bool stream) {
+  return stream && (reinterpret_cast<uintptr_t>(p) & 63) == 0;
+}
+
 // memcpy with non-temporal 16-byte stores (SSE2, so every x86-64 has them),
 // fenced so the data is visible to other threads once this returns.
 POLYOPS_INLINE void StreamStore(void* dst, const void* src, int64_t bytes) {

@@ -6,7 +6,7 @@
 #include "base/add.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/binary512.h"
+#include "cpu/binary_vector.h"
 #include "cpu/elementwise.h"
 
 namespace polyops {
@@ -24,13 +24,14 @@ class Operator<Add, Device::Type::kCpu, 1> : public Add {
         dtype_, "polyops.add", [&](auto tag) {
           using T = typename decltype(tag)::type;
           using C = cpu::ComputeType<T>;
-          // With AVX-512 and unit inner strides, floats take one loop that
-          // converts in registers (cpu/binary512.h). Otherwise 16-bit floats
-          // convert in and out of every block: built per ISA (F16C, AVX-512
-          // shifts and rounding), not for the SSE2 baseline.
+          // With AVX-512 or AVX2 and unit inner strides, floats take one loop
+          // that converts in registers (cpu/binary_vector.h). Otherwise 16-bit
+          // floats convert in and out of every block: built per ISA (F16C,
+          // AVX-512 shifts and rounding), not for the SSE2 baseline.
           constexpr bool kIsaVariants = !std::is_same_v<T, C>;
           void* const data[3] = {out->data(), input.data(), other.data()};
-          if (cpu::TryBinary512<cpu::BinaryOp::kAdd, T>(layout_, data)) return;
+          if (cpu::TryBinaryVector<cpu::BinaryOp::kAdd, T>(layout_, data))
+            return;
           cpu::MapBlocks<T, 3, kIsaVariants>(
               layout_, data, {0, 0, 0},
               /*parallel=*/true, [](C* y, const C* const* x, int64_t n) {

@@ -6,6 +6,7 @@
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx2_rows.h"
 #include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 
@@ -46,8 +47,8 @@ POLYOPS_ROW_KERNEL_VARIANTS(AddRmsNormRow,
 
 // Slot 1: rows spread over OpenMP threads. Each row: x = x1 + x2 is stored
 // and kept (as stored) in a stage, then normalized exactly as rms_norm's
-// slot 1 does (with AVX-512: converted in registers, the stage of type T,
-// large outputs streamed; see cpu/avx512_rows.h).
+// slot 1 does (with AVX-512 or AVX2: converted in registers, the stage of
+// type T, large outputs streamed; see cpu/avx512_rows.h, cpu/avx2_rows.h).
 template <>
 class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
  public:
@@ -86,29 +87,35 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
           }
           float w_stage[cpu::kMaxStagedRow];  // converted once per call
           const float* ws = cpu::StageIn(g, w_stage, hidden);
-#ifdef POLYOPS_HAVE_AVX512_ROWS
+#if defined(POLYOPS_HAVE_AVX512_ROWS) && defined(POLYOPS_HAVE_AVX2_ROWS)
+          const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
+                              cpu::kStreamingBytes;
+          // row_fn(a, b, w, x, y, hidden, eps, stage, stream, next row's a
+          // and b or nullptr).
+          auto run = [&](auto row_fn) {
+            cpu::ParallelForStreaming(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[4], next[4];
+              rows_.Offsets(row, at);
+              const bool last = row + 1 == rows_.numel;
+              if (!last) rows_.Offsets(row + 1, next);
+              T stage[cpu::kMaxStagedRow];
+              row_fn(a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
+                     eps_f, stage, stream, last ? nullptr : a + next[2],
+                     last ? nullptr : b + next[3]);
+            });
+          };
           if (cpu::HasAvx512()) {
-            const bool stream = 2 * rows_.numel * hidden * int64_t{sizeof(T)} >=
-                                cpu::kStreamingBytes;
-            auto run = [&](auto native_bf16) {
-              cpu::ParallelForStreaming(
-                  rows_.numel, parallel, [&](int64_t row) {
-                    int64_t at[4], next[4];
-                    rows_.Offsets(row, at);
-                    const bool last = row + 1 == rows_.numel;
-                    if (!last) rows_.Offsets(row + 1, next);
-                    T stage[cpu::kMaxStagedRow];
-                    cpu::AddRmsNormRow512<T, decltype(native_bf16)::value>(
-                        a + at[2], b + at[3], ws, x + at[1], y + at[0], hidden,
-                        eps_f, stage, stream, last ? nullptr : a + next[2],
-                        last ? nullptr : b + next[3]);
-                  });
-            };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
-              run(std::true_type{});
+              run(&cpu::AddRmsNormRow512<T, true>);
             } else {
-              run(std::false_type{});
+              run(&cpu::AddRmsNormRow512<T, false>);
             }
+            return;
+          }
+          if (cpu::HasAvx2()) {
+            // A no-op but for bfloat16, whose ws is w_stage.
+            cpu::PairOrderWeights<T>(w_stage, hidden);
+            run(&cpu::AddRmsNormRow256<T>);
             return;
           }
 #endif

@@ -9,6 +9,7 @@
 #include "base/causal_softmax.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx2_rows.h"
 #include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 #include "cpu/vector_exp.h"
@@ -118,6 +119,151 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
                             (const T* x, T* y, int64_t k, int64_t visible,
                              float* stage),
                             (x, y, k, visible, stage))
+
+#ifdef POLYOPS_HAVE_AVX2_ROWS
+// 2^e as float for integer lanes e in [-126, 127].
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 PowerOfTwo256(__m256i e) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+}
+
+// y * 2^n for 8 lanes, rounded once as TimesPowerOfTwo's float64 product
+// (AVX2 has no VSCALEFPS), or `special` where `nan` is set. n is the integer
+// in `shifted`'s low mantissa bits, y within [0.7, 1.5] (or NaN), n <= 0; a
+// NaN lane's n is the clamp's, below -125. When every n is at least -125,
+// the product is normal and exact: n is added to y's exponent field. Else
+// the product is taken in two steps from n = -126 down, y * 2^(n + 126)
+// (exact: a normal float) and then * 2^-126, so a subnormal result is
+// rounded once, and NaN lanes are set.
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 TimesPowerOfTwo256(__m256 y,
+                                                             __m256 shifted,
+                                                             __m256 shifter,
+                                                             __m256 special) {
+  const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(shifted),
+                                     _mm256_castps_si256(shifter));
+  const __m256i low = _mm256_set1_epi32(-126);
+  const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(-125), n);
+  if (__builtin_expect(_mm256_testz_si256(below, below), 1)) {
+    return _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
+  }
+  const __m256i split = _mm256_and_si256(_mm256_cmpgt_epi32(low, n), low);
+  const __m256 result =
+      _mm256_mul_ps(_mm256_mul_ps(y, PowerOfTwo256(_mm256_sub_epi32(n, split))),
+                    PowerOfTwo256(split));
+  return _mm256_blendv_ps(result, special,
+                          _mm256_cmp_ps(special, special, _CMP_UNORD_Q));
+}
+
+// SoftmaxExp on 8 lanes, to the bit.
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp256(__m256 t) {
+  const __m256 c = _mm256_max_ps(t, _mm256_set1_ps(kSoftmaxExpLow));
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
+  const __m256 shifted = _mm256_add_ps(
+      _mm256_mul_ps(c, _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
+  const __m256 n = _mm256_sub_ps(shifted, shifter);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2High), c);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2Low), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kSoftmaxExpC5), r,
+                             _mm256_set1_ps(kSoftmaxExpC4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC1));
+  const __m256 y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  return TimesPowerOfTwo256(y, shifted, shifter, t);
+}
+
+// SoftmaxExp2Of on 8 lanes, to the bit.
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp2Of256(__m256 t) {
+  const __m256 y = _mm256_mul_ps(t, _mm256_set1_ps(kSoftmaxExpLog2e));
+  const __m256 c = _mm256_max_ps(y, _mm256_set1_ps(kSoftmaxExp2Low));
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
+  const __m256 shifted = _mm256_add_ps(c, shifter);
+  const __m256 f = _mm256_sub_ps(c, _mm256_sub_ps(shifted, shifter));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kSoftmaxExp2C5), f,
+                             _mm256_set1_ps(kSoftmaxExp2C4));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C3));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C2));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C1));
+  const __m256 r = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  return TimesPowerOfTwo256(r, shifted, shifter, y);
+}
+
+template <bool kBase2>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 RowExp256(__m256 t) {
+  if constexpr (kBase2) {
+    return SoftmaxExp2Of256(t);
+  } else {
+    return SoftmaxExp256(t);
+  }
+}
+
+// ExpShiftSum with RowExp256, to the bit (e may be x): the 16 lane sums in
+// two vectors, the tail's elements added to the first lanes, the same fold.
+// The tail's lanes past n compute an exp that is masked away, which may
+// take TimesPowerOfTwo256's slower path (only time, not the result).
+template <bool kBase2>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE float ExpShiftSum256(const float* x,
+                                                        float max, float* e,
+                                                        int64_t n) {
+  const __m256 shift = _mm256_set1_ps(max);
+  __m256 lanes[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int c = 0; c < 2; ++c) {
+      const __m256 v = RowExp256<kBase2>(
+          _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * c), shift));
+      _mm256_storeu_ps(e + i + 8 * c, v);
+      lanes[c] = _mm256_add_ps(lanes[c], v);
+    }
+  }
+  if (i < n) {
+    // The last 1-15 elements by masked loads and stores; the other lanes
+    // add +0 (e >= +0, so no lane sum changes).
+    for (int c = 0; c < 2; ++c) {
+      const __m256i keep = TailMask8(n - i - 8 * c);
+      const __m256 v =
+          _mm256_and_ps(_mm256_castsi256_ps(keep),
+                        RowExp256<kBase2>(_mm256_sub_ps(
+                            _mm256_maskload_ps(x + i + 8 * c, keep), shift)));
+      _mm256_maskstore_ps(e + i + 8 * c, keep, v);
+      lanes[c] = _mm256_add_ps(lanes[c], v);
+    }
+  }
+  return FoldLanes8(_mm256_add_ps(lanes[0], lanes[1]));
+}
+
+// CausalSoftmaxRow512 with 256-bit vectors: x converted in registers while
+// its max is taken (16-bit rows staged as float), exp and sum as
+// CausalSoftmaxRow, then the scaled row and its zeros in one pass (streamed
+// when `stream`), the next row's visible keys fetched into L2 meanwhile.
+// Long rows take CausalSoftmaxRow.
+template <typename T>
+POLYOPS_TARGET_AVX2 void CausalSoftmaxRow256(const T* x, T* y, int64_t k,
+                                             int64_t visible, float* stage,
+                                             bool stream, const T* next_x,
+                                             int64_t next_visible) {
+  if (visible == 0 || visible > kMaxStagedRow) {
+    CausalSoftmaxRowAvx2(x, y, k, visible, stage);
+    return;
+  }
+  const float* in = stage;
+  float max;
+  if constexpr (std::is_same_v<T, float>) {
+    in = x;
+    max = StageAndMax256<T, false>(x, nullptr, visible, k);
+  } else {
+    max = StageAndMax256(x, stage, visible, k);
+  }
+  const int64_t prefetch = std::min(next_visible, 8192 / int64_t{sizeof(T)});
+  for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
+    _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T1);
+  }
+  const float inverse =
+      1.0f / ExpShiftSum256<kSoftmaxBase2<T>>(in, max, stage, visible);
+  ScaleAndZeroRow256(stage, inverse, y, k, visible, stream);
+}
+#endif  // POLYOPS_HAVE_AVX2_ROWS
 
 #ifdef POLYOPS_HAVE_AVX512_ROWS
 // As in cpu/avx512_rows.h: GCC 12 reports the intrinsics' own "undefined"
@@ -258,8 +404,9 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
 // Slot 0: rows spread over OpenMP threads; each row's visible keys are
 // staged as float once, with a vectorizable exp, compiled for the x86-64
 // baseline, AVX2 and AVX-512 and chosen at run time. Rows longer than 16384
-// keys take three blocked passes. With AVX-512, 16-bit rows are converted in
-// registers and large outputs streamed (cpu/avx512_rows.h).
+// keys take three blocked passes. With AVX-512 or AVX2, 16-bit rows are
+// converted in registers and large outputs streamed (cpu/avx512_rows.h,
+// cpu/avx2_rows.h).
 template <>
 class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
  public:
@@ -275,28 +422,32 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
           T* y = out->data_as<T>();
           const int64_t keys = keys_;
           const bool parallel = rows_.numel * keys >= cpu::kParallelGrain;
-#ifdef POLYOPS_HAVE_AVX512_ROWS
+#if defined(POLYOPS_HAVE_AVX512_ROWS) && defined(POLYOPS_HAVE_AVX2_ROWS)
+          const bool stream =
+              rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
+          // row_fn(x, y, keys, visible, stage, stream, next row's x and
+          // visible keys, 0 for none).
+          auto run = [&](auto row_fn) {
+            cpu::ParallelForStreaming(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[2], next[2] = {0, 0};
+              rows_.Offsets(row, at);
+              const bool last = row + 1 == rows_.numel;
+              if (!last) rows_.Offsets(row + 1, next);
+              alignas(64) float stage[cpu::kMaxStagedRow];
+              row_fn(x + at[1], y + at[0], keys, VisibleKeys(row), stage,
+                     stream, x + next[1], last ? 0 : VisibleKeys(row + 1));
+            });
+          };
           if (cpu::HasAvx512()) {
-            const bool stream =
-                rows_.numel * keys * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
-            auto run = [&](auto native_bf16) {
-              cpu::ParallelForStreaming(
-                  rows_.numel, parallel, [&](int64_t row) {
-                    int64_t at[2], next[2] = {0, 0};
-                    rows_.Offsets(row, at);
-                    const bool last = row + 1 == rows_.numel;
-                    if (!last) rows_.Offsets(row + 1, next);
-                    alignas(64) float stage[cpu::kMaxStagedRow];
-                    cpu::CausalSoftmaxRow512<T, decltype(native_bf16)::value>(
-                        x + at[1], y + at[0], keys, VisibleKeys(row), stage,
-                        stream, x + next[1], last ? 0 : VisibleKeys(row + 1));
-                  });
-            };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
-              run(std::true_type{});
+              run(&cpu::CausalSoftmaxRow512<T, true>);
             } else {
-              run(std::false_type{});
+              run(&cpu::CausalSoftmaxRow512<T, false>);
             }
+            return;
+          }
+          if (cpu::HasAvx2()) {
+            run(&cpu::CausalSoftmaxRow256<T>);
             return;
           }
 #endif

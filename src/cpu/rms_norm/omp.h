@@ -6,6 +6,7 @@
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
+#include "cpu/avx2_rows.h"
 #include "cpu/avx512_rows.h"
 #include "cpu/row_kernels.h"
 
@@ -28,11 +29,10 @@ POLYOPS_ROW_KERNEL_VARIANTS(RmsNormRow,
 
 }  // namespace cpu
 
-// Slot 1: rows spread over OpenMP threads. With AVX-512 each row is read
-// twice (sum of squares, then scale) and converted in registers, large
-// outputs streamed (cpu/avx512_rows.h); otherwise each row is staged as
-// float once (converted in once, out once), vectorized for AVX2 where the
-// CPU has it.
+// Slot 1: rows spread over OpenMP threads. With AVX-512 or AVX2 each row is
+// read twice (sum of squares, then scale) and converted in registers, large
+// outputs streamed (cpu/avx512_rows.h, cpu/avx2_rows.h); otherwise each row
+// is staged as float once (converted in once, out once).
 template <>
 class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
  public:
@@ -62,25 +62,30 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
           const float* ws = cpu::StageIn(w, w_stage, hidden);
           const bool stream =
               rows_.numel * hidden * int64_t{sizeof(T)} >= cpu::kStreamingBytes;
-#ifdef POLYOPS_HAVE_AVX512_ROWS
+#if defined(POLYOPS_HAVE_AVX512_ROWS) && defined(POLYOPS_HAVE_AVX2_ROWS)
+          // row_fn(x, w, y, hidden, eps, stream, next row's x or nullptr).
+          auto run = [&](auto row_fn) {
+            cpu::ParallelForStreaming(rows_.numel, parallel, [&](int64_t row) {
+              int64_t at[2], next[2];
+              rows_.Offsets(row, at);
+              const bool last = row + 1 == rows_.numel;
+              if (!last) rows_.Offsets(row + 1, next);
+              row_fn(x + at[1], ws, y + at[0], hidden, eps_f, stream,
+                     last ? nullptr : x + next[1]);
+            });
+          };
           if (cpu::HasAvx512()) {
-            auto run = [&](auto native_bf16) {
-              cpu::ParallelForStreaming(
-                  rows_.numel, parallel, [&](int64_t row) {
-                    int64_t at[2], next[2];
-                    rows_.Offsets(row, at);
-                    const bool last = row + 1 == rows_.numel;
-                    if (!last) rows_.Offsets(row + 1, next);
-                    cpu::RmsNormRow512<T, decltype(native_bf16)::value>(
-                        x + at[1], ws, y + at[0], hidden, eps_f, stream,
-                        last ? nullptr : x + next[1]);
-                  });
-            };
             if (std::is_same_v<T, BFloat16> && cpu::HasAvx512Bf16()) {
-              run(std::true_type{});
+              run(&cpu::RmsNormRow512<T, true>);
             } else {
-              run(std::false_type{});
+              run(&cpu::RmsNormRow512<T, false>);
             }
+            return;
+          }
+          if (cpu::HasAvx2()) {
+            // A no-op but for bfloat16, whose ws is w_stage.
+            cpu::PairOrderWeights<T>(w_stage, hidden);
+            run(&cpu::RmsNormRow256<T>);
             return;
           }
 #endif

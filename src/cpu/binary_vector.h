@@ -1,19 +1,20 @@
-// AVX-512 loop for add and mul where every operand's innermost dim is
-// contiguous. 16-bit floats are converted in registers, 32 per step, instead
-// of through MapBlocks' float staging buffers: staging costs three extra
-// 64-byte stores per 16 elements and made bfloat16 mul 0.15-0.18 ns per
-// element in L2 (one thread), as slow as the memory it should wait on at two
+// AVX-512 and AVX2 loops for add and mul where every operand's innermost dim
+// is contiguous. 16-bit floats are converted in registers, 32 (16) per step,
+// instead of through MapBlocks' float staging buffers: staging costs three
+// extra stores per vector and made bfloat16 mul 0.15-0.18 ns per element in
+// L2 (one thread, AMD Zen 4), as slow as the memory it should wait on at two
 // threads. Large outputs are streamed (no read of every output line before
 // it is overwritten). The result is the float sum or product rounded once,
 // as MapBlocks computes it, so every ISA gives the same bits.
-#ifndef POLYOPS_CPU_BINARY512_H_
-#define POLYOPS_CPU_BINARY512_H_
+#ifndef POLYOPS_CPU_BINARY_VECTOR_H_
+#define POLYOPS_CPU_BINARY_VECTOR_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "core/elementwise_layout.h"
+#include "cpu/avx2_rows.h"
 #include "cpu/avx512_rows.h"
 #include "cpu/parallel.h"
 #include "cpu/row_kernels.h"
@@ -57,19 +58,49 @@ POLYOPS_TARGET_AVX512_ROWS void BinarySpan512(const T* a, const T* b, T* y,
 #pragma GCC diagnostic pop
 #endif  // POLYOPS_HAVE_AVX512_ROWS
 
-// Runs y = a op b on the AVX-512 loop when the CPU has AVX-512, T is a float
-// type of at most 32 bits and every operand's innermost stride is 1 (a
-// broadcast row of `b`, stride 0 in an outer dim, qualifies). Operand 0 of
-// `data` is y. Returns false, having done nothing, otherwise.
+#ifdef POLYOPS_HAVE_AVX2_ROWS
+template <BinaryOp kOp>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 Apply8(__m256 a, __m256 b) {
+  if constexpr (kOp == BinaryOp::kAdd) {
+    return _mm256_add_ps(a, b);
+  } else {
+    return _mm256_mul_ps(a, b);
+  }
+}
+
+// BinarySpan512 with 256-bit vectors; the tail in MapBlocks' scalar steps.
 template <BinaryOp kOp, typename T>
-bool TryBinary512(const ElementwiseLayout<3>& layout, void* const (&data)[3]) {
-#ifdef POLYOPS_HAVE_AVX512_ROWS
+POLYOPS_TARGET_AVX2 void BinarySpan256(const T* a, const T* b, T* y, int64_t n,
+                                       bool stream) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Store16x2(y + i,
+              Round16x2<T>(Apply8<kOp>(Load8(a + i), Load8(b + i)),
+                           Apply8<kOp>(Load8(a + i + 8), Load8(b + i + 8))),
+              stream);
+  }
+  for (; i < n; ++i) {
+    const float u = Load(a + i), v = Load(b + i);
+    Store(y + i, kOp == BinaryOp::kAdd ? u + v : u * v);
+  }
+}
+#endif  // POLYOPS_HAVE_AVX2_ROWS
+
+// Runs y = a op b on the AVX-512 loop, or the AVX2 one, when the CPU has
+// that ISA, T is a float type of at most 32 bits and every operand's
+// innermost stride is 1 (a broadcast row of `b`, stride 0 in an outer dim,
+// qualifies). Operand 0 of `data` is y. Returns false, having done nothing,
+// otherwise.
+template <BinaryOp kOp, typename T>
+bool TryBinaryVector(const ElementwiseLayout<3>& layout,
+                     void* const (&data)[3]) {
+#if defined(POLYOPS_HAVE_AVX512_ROWS) && defined(POLYOPS_HAVE_AVX2_ROWS)
   constexpr bool kFloat = std::is_same_v<T, float> || std::is_same_v<T, Half> ||
                           std::is_same_v<T, BFloat16>;
   if constexpr (kFloat) {
     const int last = layout.ndim - 1;
     const int64_t inner = layout.inner();
-    if (!HasAvx512() || layout.numel == 0 || inner < 32) return false;
+    if (!HasAvx2() || layout.numel == 0 || inner < 32) return false;
     for (int k = 0; k < 3; ++k) {
       if (layout.strides[k][last] != 1) return false;
     }
@@ -79,22 +110,23 @@ bool TryBinary512(const ElementwiseLayout<3>& layout, void* const (&data)[3]) {
     const int64_t spans = (inner + kSpan - 1) / kSpan;
     const bool parallel = layout.numel >= kParallelGrain;
     const bool stream = layout.numel * int64_t{sizeof(T)} >= kStreamingBytes;
-    auto run = [&](auto native_bf16) {
+    auto run = [&](auto span) {
       ParallelForStreaming(layout.runs() * spans, parallel, [&](int64_t unit) {
         const int64_t begin = (unit % spans) * kSpan;
         int64_t at[3];
         layout.Offsets(unit / spans * inner + begin, at);
         T* y = static_cast<T*>(data[0]) + at[0];
-        BinarySpan512<kOp, T, decltype(native_bf16)::value>(
-            static_cast<const T*>(data[1]) + at[1],
-            static_cast<const T*>(data[2]) + at[2], y,
-            std::min(kSpan, inner - begin), StreamRow(y, stream));
+        span(static_cast<const T*>(data[1]) + at[1],
+             static_cast<const T*>(data[2]) + at[2], y,
+             std::min(kSpan, inner - begin), StreamRow(y, stream));
       });
     };
-    if (std::is_same_v<T, BFloat16> && HasAvx512Bf16()) {
-      run(std::true_type{});
+    if (!HasAvx512()) {
+      run(&BinarySpan256<kOp, T>);
+    } else if (std::is_same_v<T, BFloat16> && HasAvx512Bf16()) {
+      run(&BinarySpan512<kOp, T, true>);
     } else {
-      run(std::false_type{});
+      run(&BinarySpan512<kOp, T, false>);
     }
     return true;
   }
@@ -104,4 +136,4 @@ bool TryBinary512(const ElementwiseLayout<3>& layout, void* const (&data)[3]) {
 
 }  // namespace polyops::cpu
 
-#endif  // POLYOPS_CPU_BINARY512_H_
+#endif  // POLYOPS_CPU_BINARY_VECTOR_H_
