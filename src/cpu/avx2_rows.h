@@ -158,14 +158,15 @@ POLYOPS_AVX2_INLINE void LoadPairs(const T* p, __m256& first, __m256& second) {
 }
 
 // The pair's 16 values rounded to T, in element order.
-template <typename T>
+// kNan false: the caller knows no value is NaN.
+template <typename T, bool kNan = true>
 POLYOPS_AVX2_INLINE Chunk16 PackPairs(__m256 first, __m256 second) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     // Even elements take the low 16-bit word of each lane, odd ones the
     // high word: one shift and one blend.
     const __m256 nan = _mm256_cmp_ps(first, second, _CMP_UNORD_Q);
     __m256i even, odd;
-    if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+    if (!kNan || __builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
       even = RoundBf16High8<false>(first);
       odd = RoundBf16High8<false>(second);
     } else {
@@ -357,53 +358,96 @@ POLYOPS_AVX2_INLINE __m256i TailMask8(int64_t left) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// Masks of the first `left` elements of a 16-element chunk in T's pair
+// order (LoadPairs).
+template <typename T>
+POLYOPS_AVX2_INLINE void PairTailMasks(int64_t left, __m256& first,
+                                       __m256& second) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const __m256i count =
+        _mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(left, 0, 16)));
+    first = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+        count, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
+    second = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+        count, _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15)));
+  } else {
+    first = _mm256_castsi256_ps(TailMask8(left));
+    second = _mm256_castsi256_ps(TailMask8(left - 8));
+  }
+}
+
 // The maximum of x[0, visible) as float, with the row staged into `stage`
 // when kStage: StageAndMax512's reasoning (vmaxps keeps the lanes when
 // either operand is NaN, every lane starts at x[0]), so the result is
-// RowMax's. x holds `readable` >= visible elements (the row's keys): a
-// tail of fewer than 16 is read as one more chunk when they are there, its
-// lanes past `visible` replaced by x[0] (so they change no maximum) and
-// staged as whatever they hold, which the callers mask.
+// RowMax's; *min gets the minimum the same way (a bound for the caller;
+// NaN when x[0] is). The stage holds every whole 16-element chunk in T's
+// pair order, the rest in element order. x holds `readable` >= visible
+// elements (the row's keys): a tail of fewer than 16 is read as one more
+// chunk when they are there, its lanes past `visible` replaced by x[0] (so
+// they change no bound) and staged as whatever they hold, which the callers
+// mask.
+// 16 elements from x in pair order, also stored to `stage` when kStage.
+template <bool kStage, typename T>
+POLYOPS_AVX2_INLINE void LoadAndStagePairs(const T* x, float* stage,
+                                           __m256 (&v)[2]) {
+  LoadPairs(x, v[0], v[1]);
+  if constexpr (kStage) {
+    _mm256_storeu_ps(stage, v[0]);
+    _mm256_storeu_ps(stage + 8, v[1]);
+  }
+}
+
 template <typename T, bool kStage = true>
 POLYOPS_AVX2_INLINE float StageAndMax256(const T* x, float* stage,
-                                         int64_t visible, int64_t readable) {
+                                         int64_t visible, int64_t readable,
+                                         float* min) {
   const __m256 first = _mm256_set1_ps(Load(x));
-  __m256 highs[2] = {first, first};
+  __m256 highs[2] = {first, first}, lows[2] = {first, first};
   int64_t i = 0;
   for (; i + 16 <= visible; i += 16) {
+    __m256 v[2];
+    LoadAndStagePairs<kStage>(x + i, stage + i, v);
     for (int c = 0; c < 2; ++c) {
-      const __m256 v = Load8(x + i + 8 * c);
-      if constexpr (kStage) _mm256_storeu_ps(stage + i + 8 * c, v);
-      highs[c] = _mm256_max_ps(v, highs[c]);
+      highs[c] = _mm256_max_ps(v[c], highs[c]);
+      lows[c] = _mm256_min_ps(v[c], lows[c]);
     }
   }
   if (i < visible && i + 16 <= readable) {
+    __m256 v[2], keep[2];
+    LoadAndStagePairs<kStage>(x + i, stage + i, v);
+    PairTailMasks<T>(visible - i, keep[0], keep[1]);
     for (int c = 0; c < 2; ++c) {
-      const __m256 v = Load8(x + i + 8 * c);
-      if constexpr (kStage) _mm256_storeu_ps(stage + i + 8 * c, v);
-      const __m256 keep = _mm256_castsi256_ps(TailMask8(visible - i - 8 * c));
-      highs[c] = _mm256_max_ps(_mm256_blendv_ps(first, v, keep), highs[c]);
+      v[c] = _mm256_blendv_ps(first, v[c], keep[c]);
+      highs[c] = _mm256_max_ps(v[c], highs[c]);
+      lows[c] = _mm256_min_ps(v[c], lows[c]);
     }
     i = visible;
   }
   const __m256 high = _mm256_max_ps(highs[1], highs[0]);
-  const __m128 four =
+  __m128 four =
       _mm_max_ps(_mm256_extractf128_ps(high, 1), _mm256_castps256_ps128(high));
-  const __m128 two = _mm_max_ps(_mm_movehl_ps(four, four), four);
+  __m128 two = _mm_max_ps(_mm_movehl_ps(four, four), four);
   float max = _mm_cvtss_f32(_mm_max_ss(_mm_movehdup_ps(two), two));
+  const __m256 low = _mm256_min_ps(lows[1], lows[0]);
+  four = _mm_min_ps(_mm256_extractf128_ps(low, 1), _mm256_castps256_ps128(low));
+  two = _mm_min_ps(_mm_movehl_ps(four, four), four);
+  *min = _mm_cvtss_f32(_mm_min_ss(_mm_movehdup_ps(two), two));
   for (; i < visible; ++i) {
     const float v = Load(x + i);
     if constexpr (kStage) stage[i] = v;
     max = std::max(max, v);
+    *min = std::min(*min, v);
   }
   return max;
 }
 
 // y[0, k) = stage[0, visible) * inverse rounded to T, then zeros (+0 in
 // every dtype): one pass of 16-element chunks, so a streamed row is written
-// in whole lines; what is left past the last chunk takes scalar steps.
-// `stage` holds at least visible rounded up to 16 floats (kMaxStagedRow).
-template <typename T>
+// in whole lines; what is left past the last chunk takes scalar steps. The
+// stage is StageAndMax256's (chunks in pair order, readable = k) and holds
+// at least visible rounded up to 16 floats (kMaxStagedRow).
+// kNan false: the caller knows stage * inverse holds no NaN.
+template <typename T, bool kNan>
 POLYOPS_AVX2_INLINE void ScaleAndZeroRow256(const float* stage, float inverse,
                                             T* y, int64_t k, int64_t visible,
                                             bool stream) {
@@ -411,21 +455,22 @@ POLYOPS_AVX2_INLINE void ScaleAndZeroRow256(const float* stage, float inverse,
   stream = StreamRow(y, stream);
   int64_t i = 0;
   for (; i + 16 <= visible; i += 16) {
-    Store16x2(y + i,
-              Round16x2<T>(_mm256_mul_ps(_mm256_loadu_ps(stage + i), s),
+    Store16x2(
+        y + i,
+        PackPairs<T, kNan>(_mm256_mul_ps(_mm256_loadu_ps(stage + i), s),
                            _mm256_mul_ps(_mm256_loadu_ps(stage + i + 8), s)),
-              stream);
+        stream);
   }
   if (i < visible && i + 16 <= k) {
     // Lanes at or past `visible` are +0, whatever the stage holds there.
-    const __m256 keep_lo = _mm256_castsi256_ps(TailMask8(visible - i));
-    const __m256 keep_hi = _mm256_castsi256_ps(TailMask8(visible - i - 8));
+    __m256 keep_first, keep_second;
+    PairTailMasks<T>(visible - i, keep_first, keep_second);
     Store16x2(
         y + i,
-        Round16x2<T>(
-            _mm256_and_ps(keep_lo,
+        PackPairs<T, kNan>(
+            _mm256_and_ps(keep_first,
                           _mm256_mul_ps(_mm256_loadu_ps(stage + i), s)),
-            _mm256_and_ps(keep_hi,
+            _mm256_and_ps(keep_second,
                           _mm256_mul_ps(_mm256_loadu_ps(stage + i + 8), s))),
         stream);
     i += 16;

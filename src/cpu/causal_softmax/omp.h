@@ -128,19 +128,21 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 PowerOfTwo256(__m256i e) {
 }
 
 // y * 2^n for 8 lanes, rounded once as TimesPowerOfTwo's float64 product
-// (AVX2 has no VSCALEFPS), or `special` where `nan` is set. n is the integer
-// in `shifted`'s low mantissa bits, y within [0.7, 1.5] (or NaN), n <= 0; a
-// NaN lane's n is the clamp's, below -125. When every n is at least -125,
-// the product is normal and exact: n is added to y's exponent field. Else
-// the product is taken in two steps from n = -126 down, y * 2^(n + 126)
-// (exact: a normal float) and then * 2^-126, so a subnormal result is
-// rounded once, and NaN lanes are set.
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 TimesPowerOfTwo256(__m256 y,
-                                                             __m256 shifted,
-                                                             __m256 shifter,
-                                                             __m256 special) {
+// (AVX2 has no VSCALEFPS), or `special` where it is NaN. n is the integer
+// in `shifted`'s low mantissa bits, y within [0.7, 1.5] (or NaN), n <= 0
+// (a NaN lane's n is the clamp's). kInRange: the caller knows every n is
+// at least -126, so 2^n is a normal float, the one product rounds once and
+// carries a NaN y through (2^n is never NaN). Else, when every n is at
+// least -125, the product is normal and exact: n is added to y's exponent
+// field; otherwise it is taken in two steps from n = -126 down, y *
+// 2^(n + 126) (exact: a normal float) and then * 2^-126, so a subnormal
+// result is rounded once, and NaN lanes are set.
+template <bool kInRange>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256
+TimesPowerOfTwo256(__m256 y, __m256 shifted, __m256 shifter, __m256 special) {
   const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(shifted),
                                      _mm256_castps_si256(shifter));
+  if constexpr (kInRange) return _mm256_mul_ps(y, PowerOfTwo256(n));
   const __m256i low = _mm256_set1_epi32(-126);
   const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(-125), n);
   if (__builtin_expect(_mm256_testz_si256(below, below), 1)) {
@@ -155,9 +157,14 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 TimesPowerOfTwo256(__m256 y,
                           _mm256_cmp_ps(special, special, _CMP_UNORD_Q));
 }
 
-// SoftmaxExp on 8 lanes, to the bit.
+// SoftmaxExp on 8 lanes, to the bit. kInRange: every t is NaN or at least
+// kSoftmaxInRange, so the clamp changes nothing and is left out.
+inline constexpr float kSoftmaxInRange = -80.0f;
+
+template <bool kInRange>
 POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp256(__m256 t) {
-  const __m256 c = _mm256_max_ps(t, _mm256_set1_ps(kSoftmaxExpLow));
+  const __m256 c =
+      kInRange ? t : _mm256_max_ps(t, _mm256_set1_ps(kSoftmaxExpLow));
   const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
   const __m256 shifted = _mm256_add_ps(
       _mm256_mul_ps(c, _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
@@ -170,13 +177,15 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp256(__m256 t) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC2));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC1));
   const __m256 y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  return TimesPowerOfTwo256(y, shifted, shifter, t);
+  return TimesPowerOfTwo256<kInRange>(y, shifted, shifter, t);
 }
 
-// SoftmaxExp2Of on 8 lanes, to the bit.
+// SoftmaxExp2Of on 8 lanes, to the bit (kInRange as SoftmaxExp256's).
+template <bool kInRange>
 POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp2Of256(__m256 t) {
   const __m256 y = _mm256_mul_ps(t, _mm256_set1_ps(kSoftmaxExpLog2e));
-  const __m256 c = _mm256_max_ps(y, _mm256_set1_ps(kSoftmaxExp2Low));
+  const __m256 c =
+      kInRange ? y : _mm256_max_ps(y, _mm256_set1_ps(kSoftmaxExp2Low));
   const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
   const __m256 shifted = _mm256_add_ps(c, shifter);
   const __m256 f = _mm256_sub_ps(c, _mm256_sub_ps(shifted, shifter));
@@ -186,51 +195,72 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp2Of256(__m256 t) {
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C2));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C1));
   const __m256 r = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  return TimesPowerOfTwo256(r, shifted, shifter, y);
+  return TimesPowerOfTwo256<kInRange>(r, shifted, shifter, y);
 }
 
-template <bool kBase2>
+template <bool kBase2, bool kInRange>
 POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 RowExp256(__m256 t) {
   if constexpr (kBase2) {
-    return SoftmaxExp2Of256(t);
+    return SoftmaxExp2Of256<kInRange>(t);
   } else {
-    return SoftmaxExp256(t);
+    return SoftmaxExp256<kInRange>(t);
   }
 }
 
 // ExpShiftSum with RowExp256, to the bit (e may be x): the 16 lane sums in
 // two vectors, the tail's elements added to the first lanes, the same fold.
-// The tail's lanes past n compute an exp that is masked away, which may
-// take TimesPowerOfTwo256's slower path (only time, not the result).
-template <bool kBase2>
+// x's 16-element chunks are in T's pair order (StageAndMax256), as far as
+// `paired` elements; the lanes are put back in element order (UnpairLanes)
+// before the fold. The tail's lanes past n compute an exp that is masked
+// away, which may take TimesPowerOfTwo256's slower path (only time, not the
+// result). kInRange: every x - max is NaN or at least kSoftmaxInRange.
+template <typename T, bool kBase2, bool kInRange>
 POLYOPS_TARGET_AVX2 POLYOPS_INLINE float ExpShiftSum256(const float* x,
                                                         float max, float* e,
-                                                        int64_t n) {
+                                                        int64_t n,
+                                                        int64_t paired) {
   const __m256 shift = _mm256_set1_ps(max);
   __m256 lanes[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     for (int c = 0; c < 2; ++c) {
-      const __m256 v = RowExp256<kBase2>(
+      const __m256 v = RowExp256<kBase2, kInRange>(
           _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * c), shift));
       _mm256_storeu_ps(e + i + 8 * c, v);
       lanes[c] = _mm256_add_ps(lanes[c], v);
     }
   }
-  if (i < n) {
+  if (i < n && i + 16 <= paired) {
     // The last 1-15 elements by masked loads and stores; the other lanes
     // add +0 (e >= +0, so no lane sum changes).
+    __m256 keep[2];
+    PairTailMasks<T>(n - i, keep[0], keep[1]);
     for (int c = 0; c < 2; ++c) {
-      const __m256i keep = TailMask8(n - i - 8 * c);
-      const __m256 v =
-          _mm256_and_ps(_mm256_castsi256_ps(keep),
-                        RowExp256<kBase2>(_mm256_sub_ps(
-                            _mm256_maskload_ps(x + i + 8 * c, keep), shift)));
-      _mm256_maskstore_ps(e + i + 8 * c, keep, v);
+      const __m256i mask = _mm256_castps_si256(keep[c]);
+      const __m256 v = _mm256_and_ps(
+          keep[c], RowExp256<kBase2, kInRange>(_mm256_sub_ps(
+                       _mm256_maskload_ps(x + i + 8 * c, mask), shift)));
+      _mm256_maskstore_ps(e + i + 8 * c, mask, v);
       lanes[c] = _mm256_add_ps(lanes[c], v);
     }
+    i = n;
   }
-  return FoldLanes8(_mm256_add_ps(lanes[0], lanes[1]));
+  UnpairLanes<T>(lanes[0], lanes[1]);
+  if (i == n) return FoldLanes8(_mm256_add_ps(lanes[0], lanes[1]));
+  // A tail past the paired chunks, in element order.
+  float partial[16];
+  _mm256_storeu_ps(partial, lanes[0]);
+  _mm256_storeu_ps(partial + 8, lanes[1]);
+  for (int lane = 0; i + lane < n; ++lane) {
+    e[i + lane] = RowExp<kBase2>(x[i + lane] - max);
+    partial[lane] += e[i + lane];
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int lane = 0; lane < width; ++lane) {
+      partial[lane] += partial[lane + width];
+    }
+  }
+  return partial[0];
 }
 
 // CausalSoftmaxRow512 with 256-bit vectors: x converted in registers while
@@ -248,20 +278,31 @@ POLYOPS_TARGET_AVX2 void CausalSoftmaxRow256(const T* x, T* y, int64_t k,
     return;
   }
   const float* in = stage;
-  float max;
+  float max, min;
   if constexpr (std::is_same_v<T, float>) {
     in = x;
-    max = StageAndMax256<T, false>(x, nullptr, visible, k);
+    max = StageAndMax256<T, false>(x, nullptr, visible, k, &min);
   } else {
-    max = StageAndMax256(x, stage, visible, k);
+    max = StageAndMax256(x, stage, visible, k, &min);
   }
   const int64_t prefetch = std::min(next_visible, 8192 / int64_t{sizeof(T)});
   for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
     _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T1);
   }
-  const float inverse =
-      1.0f / ExpShiftSum256<kSoftmaxBase2<T>>(in, max, stage, visible);
-  ScaleAndZeroRow256(stage, inverse, y, k, visible, stream);
+  // Scores within 80 of the max (the usual row; NaN bounds fail the test)
+  // need no clamp and no per-vector range check in the exp.
+  constexpr bool kBase2 = kSoftmaxBase2<T>;
+  const float sum =
+      min - max >= kSoftmaxInRange
+          ? ExpShiftSum256<T, kBase2, true>(in, max, stage, visible, k)
+          : ExpShiftSum256<T, kBase2, false>(in, max, stage, visible, k);
+  // A sum that is not NaN had no NaN term, and is at least 1 (the max's
+  // term), so no output is NaN and the rounding needs no NaN check.
+  if (sum == sum) {
+    ScaleAndZeroRow256<T, false>(stage, 1.0f / sum, y, k, visible, stream);
+  } else {
+    ScaleAndZeroRow256<T, true>(stage, 1.0f / sum, y, k, visible, stream);
+  }
 }
 #endif  // POLYOPS_HAVE_AVX2_ROWS
 
