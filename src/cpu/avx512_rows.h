@@ -29,9 +29,11 @@ namespace polyops::cpu {
 #define POLYOPS_HAVE_AVX512_ROWS 1
 
 // GCC 12 reports the intrinsics' own "undefined" register sources (e.g.
-// _mm512_slli_epi32's) as maybe uninitialized once they are inlined here.
+// _mm512_slli_epi32's, _mm512_extractf32x8_ps's) as (maybe) uninitialized
+// once they are inlined here.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // AVX-512 plus AVX512_BF16. The BF16 instruction runs only where
 // kNativeBf16 is true, which the callers choose by HasAvx512Bf16(): GCC

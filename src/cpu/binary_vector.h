@@ -27,6 +27,7 @@ enum class BinaryOp { kAdd, kMul };
 // As in avx512_rows.h: the intrinsics' "undefined" sources, once inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 template <BinaryOp kOp>
 POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 Apply16(__m512 a, __m512 b) {

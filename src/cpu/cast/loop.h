@@ -32,7 +32,8 @@ inline float RoundToOddFloat(double value) {
 // would round once already above 2^53.
 template <typename I>
 inline float RoundToOddFloat(I value, std::true_type /*integral*/) {
-  const bool negative = value < 0;
+  bool negative = false;
+  if constexpr (std::is_signed_v<I>) negative = value < 0;
   uint64_t magnitude = static_cast<uint64_t>(value);
   if (negative) magnitude = ~magnitude + 1;
   if (magnitude < (uint64_t{1} << 24)) return static_cast<float>(value);

@@ -311,6 +311,7 @@ POLYOPS_TARGET_AVX2 void CausalSoftmaxRow256(const T* x, T* y, int64_t k,
 // sources as maybe uninitialized once inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // SoftmaxExp on 16 lanes, to the bit: VRNDSCALEPS rounds n, VSCALEFPS
 // applies 2^n (subnormal results rounded once, as SoftmaxExp's float64
