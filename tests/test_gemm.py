@@ -446,10 +446,13 @@ def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
 @pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
 def test_override_values(value, gen, monkeypatch):
     """Each value runs the path it names; auto/unset run a float32 product past the decode
-    rows on oneDNN where it loads with AVX-512 (bfloat16: AVX512-BF16), else on the own
-    kernels (OpenBLAS without AVX-512), and decode rows on the own kernels."""
+    rows on oneDNN where it loads with the CPU's AVX-512, or AVX2 on a CPU without AVX-512
+    (bfloat16: AVX512-BF16), else on the own kernels (OpenBLAS without AVX-512), and decode
+    rows on the own kernels."""
     info = polyops._C._onednn_info()
-    onednn_f32 = info["available"] and info["isa"].startswith("avx512")
+    # float32 on oneDNN: AVX-512 CPUs where oneDNN has AVX-512, AVX2 CPUs where it has AVX2.
+    cpu_avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()
+    onednn_f32 = info["available"] and info["isa"].startswith("avx512" if cpu_avx512 else "avx2")
     auto = ("onednn",) if onednn_f32 else ("f32-packed", "openblas")
     expected = {"own": ("f32-packed", "openblas"), "openblas": ("openblas",)}
     monkeypatch.setenv("POLYOPS_CPU_GEMM", value)

@@ -239,7 +239,14 @@ GemmChoice ChosenPath(const char* op) {
 bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
   const int64_t rows = l.out_blas.trans ? l.n : l.m;  // the kernels' m
   if (rows <= kSmallM) return false;
-  if (dtype == DataType::kFloat32) return HasAvx512() && onednn::HasAvx512();
+  if (dtype == DataType::kFloat32) {
+    // Without AVX-512, float32 past the decode rows would run OpenBLAS, which
+    // measured 0.23-1.18x torch on AMD Zen 3 where oneDNN's AVX2 kernels
+    // measured 0.98-1.37x (docs/cpu_gemm.md). A oneDNN that runs AVX-512
+    // kernels where polyops is capped below (POLYOPS_CPU_ISA) is not taken.
+    if (HasAvx512()) return onednn::HasAvx512();
+    return HasAvx2() && onednn::HasAvx2() && !onednn::HasAvx512();
+  }
   if (dtype == DataType::kBFloat16) {
     return HasAvx512Bf16() && onednn::HasAvx512Bf16();
   }

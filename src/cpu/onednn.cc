@@ -13,6 +13,7 @@ Info GetInfo() {
 }
 void SetLibraryPath(const std::string&) {}
 bool HasAvx512() { return false; }
+bool HasAvx2() { return false; }
 bool HasAvx512Bf16() { return false; }
 bool Gemm(const char*, const GemmLayout&, DataType, float, float, const void*,
           const void*, const void*, void*) {
@@ -80,6 +81,7 @@ struct Library {
   uint64_t id = 0;  // distinct per load (a new load may reuse the address)
   Api api;
   dnnl_engine_t engine = nullptr;
+  bool avx2 = false;    // effective ISA >= avx2
   bool avx512 = false;  // effective ISA >= avx512_core
   bool bf16 = false;    // effective ISA >= avx512_core_bf16
   Info info;
@@ -190,6 +192,7 @@ std::shared_ptr<const Library> Load(const std::string& path) {
       (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
   library->avx512 =
       (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  library->avx2 = (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
   library->bf16 =
       (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   const dnnl_status_t status =
@@ -450,6 +453,11 @@ void SetLibraryPath(const std::string& path) {
 bool HasAvx512() {
   const std::shared_ptr<const Library> library = Loaded();
   return library->info.available && library->avx512;
+}
+
+bool HasAvx2() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->avx2;
 }
 
 bool HasAvx512Bf16() {
