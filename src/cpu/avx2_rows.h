@@ -9,7 +9,7 @@
 // Each loop keeps the summation order and the rounding of the generic kernels
 // in row_kernels.h, so every variant gives the same bits
 // (tests/test_cpu_isa.py); tails shorter than a vector run those kernels'
-// scalar steps.
+// scalar steps, or a masked chunk where the memory is there (softmax).
 #ifndef POLYOPS_CPU_AVX2_ROWS_H_
 #define POLYOPS_CPU_AVX2_ROWS_H_
 
@@ -43,19 +43,15 @@ POLYOPS_AVX2_INLINE float FoldLanes8(__m256 lanes) {
   return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
 }
 
-// 8 elements as float: float16 by F16C, bfloat16 by a widening shift.
+// 8 elements as float: float16 by F16C (bfloat16 goes through LoadPairs).
 template <typename T>
 POLYOPS_AVX2_INLINE __m256 Load8(const T* p) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, Half>);
   if constexpr (std::is_same_v<T, float>) {
     return _mm256_loadu_ps(p);
   } else {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (std::is_same_v<T, Half>) {
-      return _mm256_cvtph_ps(bits);
-    } else {
-      return _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-    }
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 }
 
@@ -75,39 +71,22 @@ POLYOPS_AVX2_INLINE __m256i RoundBf16High8(__m256 v) {
       rounded, _mm256_or_si256(bits, _mm256_set1_epi32(0x400000)), nan);
 }
 
-// The rounded high halves of lo and hi as 16 bfloat16 values, in order:
-// VPACKUSDW packs within 128-bit halves (lo 0-3, hi 0-3, lo 4-7, hi 4-7),
-// VPERMQ puts the quarters in order.
-template <bool kNan>
-POLYOPS_AVX2_INLINE __m256i PackBf16x2(__m256 lo, __m256 hi) {
-  const __m256i packed =
-      _mm256_packus_epi32(_mm256_srli_epi32(RoundBf16High8<kNan>(lo), 16),
-                          _mm256_srli_epi32(RoundBf16High8<kNan>(hi), 16));
-  return _mm256_permute4x64_epi64(packed, 0xd8);
-}
-
 // 16 elements, lo then hi, rounded to T as one 32-byte vector (16-bit) or
 // two (float).
 struct Chunk16 {
   __m256i lo, hi;  // 16-bit: lo holds all 16
 };
 
+// (bfloat16 goes through PackPairs, below.)
 template <typename T>
 POLYOPS_AVX2_INLINE Chunk16 Round16x2(__m256 lo, __m256 hi) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, Half>);
   if constexpr (std::is_same_v<T, float>) {
     return {_mm256_castps_si256(lo), _mm256_castps_si256(hi)};
-  } else if constexpr (std::is_same_v<T, Half>) {
+  } else {
     return {_mm256_set_m128i(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT),
                              _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT)),
             _mm256_setzero_si256()};
-  } else {
-    // One compare finds a NaN in either vector; only then is the NaN path
-    // (a compare, an OR and a blend per vector) needed.
-    const __m256 nan = _mm256_cmp_ps(lo, hi, _CMP_UNORD_Q);
-    if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
-      return {PackBf16x2<false>(lo, hi), _mm256_setzero_si256()};
-    }
-    return {PackBf16x2<true>(lo, hi), _mm256_setzero_si256()};
   }
 }
 
@@ -135,7 +114,7 @@ POLYOPS_AVX2_INLINE void PrefetchLines32(const T* p) {
   }
 }
 
-// The rms_norm loops take 16 elements at a time as two float vectors,
+// The loops here take 16 elements at a time as two float vectors,
 // "pairs": elements 0-7 and 8-15, except bfloat16, whose pairs are the
 // even-indexed elements (a shift of the 32-bit lanes) and the odd ones (a
 // mask): two instructions for 16 values where widening loads take four,
@@ -162,8 +141,10 @@ POLYOPS_AVX2_INLINE void LoadPairs(const T* p, __m256& first, __m256& second) {
 template <typename T, bool kNan = true>
 POLYOPS_AVX2_INLINE Chunk16 PackPairs(__m256 first, __m256 second) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    // Even elements take the low 16-bit word of each lane, odd ones the
-    // high word: one shift and one blend.
+    // One compare finds a NaN in either vector; only then is the NaN path
+    // (a compare, an OR and a blend per vector) needed. Even elements take
+    // the low 16-bit word of each lane, odd ones the high word: one shift
+    // and one blend.
     const __m256 nan = _mm256_cmp_ps(first, second, _CMP_UNORD_Q);
     __m256i even, odd;
     if (!kNan || __builtin_expect(_mm256_testz_ps(nan, nan), 1)) {

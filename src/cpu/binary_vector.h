@@ -69,15 +69,19 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 Apply8(__m256 a, __m256 b) {
   }
 }
 
-// BinarySpan512 with 256-bit vectors; the tail in MapBlocks' scalar steps.
+// BinarySpan512 with 256-bit vectors (bfloat16 in even/odd pairs, see
+// LoadPairs); the tail in MapBlocks' scalar steps.
 template <BinaryOp kOp, typename T>
 POLYOPS_TARGET_AVX2 void BinarySpan256(const T* a, const T* b, T* y, int64_t n,
                                        bool stream) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    __m256 a_first, a_second, b_first, b_second;
+    LoadPairs(a + i, a_first, a_second);
+    LoadPairs(b + i, b_first, b_second);
     Store16x2(y + i,
-              Round16x2<T>(Apply8<kOp>(Load8(a + i), Load8(b + i)),
-                           Apply8<kOp>(Load8(a + i + 8), Load8(b + i + 8))),
+              PackPairs<T>(Apply8<kOp>(a_first, b_first),
+                           Apply8<kOp>(a_second, b_second)),
               stream);
   }
   for (; i < n; ++i) {
