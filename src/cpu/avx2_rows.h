@@ -106,14 +106,6 @@ POLYOPS_AVX2_INLINE void Store16x2(T* p, const Chunk16& chunk, bool stream) {
   }
 }
 
-// The 32 elements from p (one or two 64-byte lines) fetched into L2.
-template <typename T>
-POLYOPS_AVX2_INLINE void PrefetchLines32(const T* p) {
-  for (int64_t byte = 0; byte < 32 * int64_t{sizeof(T)}; byte += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + byte, _MM_HINT_T1);
-  }
-}
-
 // The loops here take 16 elements at a time as two float vectors,
 // "pairs": elements 0-7 and 8-15, except bfloat16, whose pairs are the
 // even-indexed elements (a shift of the 32-bit lanes) and the odd ones (a
@@ -267,13 +259,13 @@ POLYOPS_AVX2_INLINE void ScaleRow256(const T* x, const float* w, float scale,
   stream = StreamRow(y, stream);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    if (next) PrefetchLines32(next + i);
-    if (next2) PrefetchLines32(next2 + i);
+    if (next) PrefetchChunk32(next + i);
+    if (next2) PrefetchChunk32(next2 + i);
     Store16x2(y + i, Scaled16(x, w, s, i), stream);
     Store16x2(y + i + 16, Scaled16(x, w, s, i + 16), stream);
   }
-  if (i < n && next) PrefetchLines32(next + i);
-  if (i < n && next2) PrefetchLines32(next2 + i);
+  if (i < n && next) PrefetchChunk32(next + i);
+  if (i < n && next2) PrefetchChunk32(next2 + i);
   for (; i + 16 <= n; i += 16) Store16x2(y + i, Scaled16(x, w, s, i), stream);
   for (; i < n; ++i) Store(y + i, Load(x + i) * scale * w[i]);
 }

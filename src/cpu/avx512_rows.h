@@ -219,14 +219,6 @@ POLYOPS_AVX512_INLINE float SumOfSquares512(const T* x, int64_t n) {
   return tail + FoldLanes64(acc);
 }
 
-// The 32 elements from p (one or two 64-byte lines) fetched into L2.
-template <typename T>
-POLYOPS_AVX512_INLINE void PrefetchChunk32(const T* p) {
-  for (int64_t byte = 0; byte < 32 * int64_t{sizeof(T)}; byte += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + byte, _MM_HINT_T1);
-  }
-}
-
 // y = x * scale * w (w as float), in ScaleStagedRow's order. `next` and
 // `next2` (nullptr: none) are the n-element rows the caller reads next,
 // fetched into L2 while this row computes from L1: the row's first pass

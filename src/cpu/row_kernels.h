@@ -142,6 +142,17 @@ inline bool StreamRow(const T* p, bool stream) {
   return stream && (reinterpret_cast<uintptr_t>(p) & 63) == 0;
 }
 
+// The 32 elements from p (one or two 64-byte lines) fetched into L2. No ISA
+// target: the AVX-512 and AVX2 row loops both inline it.
+template <typename T>
+POLYOPS_INLINE void PrefetchChunk32(const T* p) {
+#if defined(__x86_64__)
+  for (int64_t byte = 0; byte < 32 * int64_t{sizeof(T)}; byte += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p) + byte, _MM_HINT_T1);
+  }
+#endif
+}
+
 // memcpy with non-temporal 16-byte stores (SSE2, so every x86-64 has them),
 // fenced so the data is visible to other threads once this returns.
 POLYOPS_INLINE void StreamStore(void* dst, const void* src, int64_t bytes) {

@@ -120,6 +120,22 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
                              float* stage),
                             (x, y, k, visible, stage))
 
+// The next row's visible keys (x[0, visible)) fetched into L2 while this
+// row computes from L1, up to 8 KiB: they start a new page (a 1024-key
+// float32 row is one), where the hardware prefetcher starts over. Into L2,
+// not L1: there they do not evict this row's stage (bfloat16 2-thread ratio
+// to the copy 0.85-0.91x with T0, 0.99-1.07x with T1, docs/cpu_softmax.md).
+// No ISA target: the AVX-512 and AVX2 rows both inline it.
+template <typename T>
+POLYOPS_INLINE void PrefetchVisibleKeys(const T* x, int64_t visible) {
+#if defined(__x86_64__)
+  const int64_t count = std::min(visible, 8192 / int64_t{sizeof(T)});
+  for (int64_t at = 0; at < count; at += 64 / int64_t{sizeof(T)}) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + at), _MM_HINT_T1);
+  }
+#endif
+}
+
 #ifdef POLYOPS_HAVE_AVX2_ROWS
 // 2^e as float for integer lanes e in [-126, 127].
 POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 PowerOfTwo256(__m256i e) {
@@ -285,10 +301,7 @@ POLYOPS_TARGET_AVX2 void CausalSoftmaxRow256(const T* x, T* y, int64_t k,
   } else {
     max = StageAndMax256(x, stage, visible, k, &min);
   }
-  const int64_t prefetch = std::min(next_visible, 8192 / int64_t{sizeof(T)});
-  for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
-    _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T1);
-  }
+  PrefetchVisibleKeys(next_x, next_visible);
   // Scores within 80 of the max (the usual row; NaN bounds fail the test)
   // need no clamp and no per-vector range check in the exp.
   constexpr bool kBase2 = kSoftmaxBase2<T>;
@@ -417,16 +430,7 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
   } else {
     max = StageAndMax512<T, true, kNativeBf16>(x, stage, visible, &min);
   }
-  // The next row's visible keys start a new page (a 1024-key float32 row is
-  // one), where the hardware prefetcher starts over: fetching them while
-  // this row computes from L1 keeps the memory busy. Into L2, not L1:
-  // there they do not evict this row's stage (bfloat16 2-thread ratio to
-  // the copy 0.85-0.91x with T0, 0.99-1.07x with T1, docs/cpu_softmax.md).
-  // At most 8 KiB at once.
-  const int64_t prefetch = std::min(next_visible, 8192 / int64_t{sizeof(T)});
-  for (int64_t at = 0; at < prefetch; at += 64 / int64_t{sizeof(T)}) {
-    _mm_prefetch(reinterpret_cast<const char*>(next_x + at), _MM_HINT_T1);
-  }
+  PrefetchVisibleKeys(next_x, next_visible);
   const float inverse =
       1.0f / ExpShiftSum512<kSoftmaxBase2<T>>(in, max, stage, visible);
   // Every e is at least exp(min - max) and the sum at most `visible` (each
