@@ -11,6 +11,7 @@
 #include <limits>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/flash_attention.h"
@@ -345,10 +346,19 @@ POLYOPS_INLINE void ScoreRows(const float* q, int64_t d_size, const float* kt,
   }
 }
 
+// Floats between two staged value rows: d_size rounded up to whole 64-byte
+// lines, and to an odd number of them. The value blocks below walk one
+// column of all 64 rows per 16 dims; with rows 512 bytes apart (head size
+// 128) those 64 lines fall in 8 of the 64 L1 sets and evict each other.
+constexpr int64_t ValueStride(int64_t d_size) {
+  const int64_t lines = (d_size + 15) / 16;
+  return 16 * (lines % 2 == 0 ? lines + 1 : lines);
+}
+
 // Dims [d0, d0 + lanes * kVecs) of AccumulateValues for kRows rows
 // (accumulators d_size apart, p rows p_stride apart) over the same n value
-// rows (d_size apart), the kRows * kVecs accumulators held in registers
-// across the rows: each value vector loaded serves kRows rows, each p
+// rows (ValueStride(d_size) apart), the kRows * kVecs accumulators held in
+// registers across the rows: each value vector loaded serves kRows rows, each p
 // broadcast kVecs vectors; each dim sums in key order.
 template <int64_t kRows, int64_t kVecs, typename V>
 POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
@@ -356,6 +366,7 @@ POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
                                          const float* p, int64_t p_stride,
                                          const float* vs, int64_t n) {
   constexpr int64_t kL = kLanesOf<V>;
+  const int64_t vs_stride = ValueStride(d_size);
   V acc[kRows][kVecs];
 #pragma GCC unroll 16
   for (int64_t r = 0; r < kRows; ++r) {
@@ -368,7 +379,7 @@ POLYOPS_INLINE void AccumulateValueBlock(float* o, int64_t d_size, int64_t d0,
     V v[kVecs];
 #pragma GCC unroll 16
     for (int64_t k = 0; k < kVecs; ++k) {
-      v[k] = Load<V>(vs + c * d_size + d0 + k * kL);
+      v[k] = Load<V>(vs + c * vs_stride + d0 + k * kL);
     }
 #pragma GCC unroll 16
     for (int64_t r = 0; r < kRows; ++r) {
@@ -393,11 +404,12 @@ POLYOPS_INLINE void AccumulateValueTail(float* o, int64_t d_size, int64_t d0,
                                         const float* correction, const float* p,
                                         int64_t p_stride, const float* vs,
                                         int64_t n) {
+  const int64_t vs_stride = ValueStride(d_size);
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t d = d0; d < d_size; ++d) {
       float value = o[r * d_size + d] * correction[r];
       for (int64_t c = 0; c < n; ++c) {
-        value += p[r * p_stride + c] * vs[c * d_size + d];
+        value += p[r * p_stride + c] * vs[c * vs_stride + d];
       }
       o[r * d_size + d] = value;
     }
@@ -455,29 +467,38 @@ struct TileState {
   float* acc;
 };
 
+// The lanes of rows i and i + kStep (kStep a power of two below kL) that
+// make the new row i (kHigh false) or i + kStep (kHigh true) in a block
+// swap: lane l of x, or kL + l of y. A constant built from the lane
+// sequence, so __builtin_shuffle gets a constant mask and GCC emits plain
+// lane shuffles (a mask built in a loop was not folded: it went through
+// variable permutes and blends).
+template <typename Int, int64_t kStep, bool kHigh, size_t... kLane>
+constexpr Int SwapLanes(std::index_sequence<kLane...>) {
+  constexpr int64_t kL = sizeof...(kLane);
+  return Int{static_cast<int32_t>(
+      (int64_t{kLane} & kStep) != 0
+          ? (kHigh ? kL + int64_t{kLane} : kL + int64_t{kLane} - kStep)
+          : (kHigh ? int64_t{kLane} + kStep : int64_t{kLane}))...};
+}
+
 // Transposes kL x kL floats held in kL vectors of kL lanes (16, 8 or 4):
-// block swaps of kL / 2, ..., 2, 1 lanes between rows that far apart
-// (two-source shuffles). Data movement only, so the variants agree.
-template <typename V>
+// block swaps of kStep = kL / 2, ..., 2, 1 lanes between rows that far
+// apart (two-source shuffles). Data movement only, so the variants agree.
+template <typename V, int64_t kStep = kLanesOf<V> / 2>
 POLYOPS_INLINE void TransposeSquare(V* m) {
   using Int = decltype(m[0] < m[0]);
-  constexpr int64_t kL = kLanesOf<V>;
-#pragma GCC unroll 4
-  for (int64_t step = kL / 2; step >= 1; step /= 2) {
-    Int low, high;  // lanes of (row i, row i + step) for the new rows
-    for (int64_t l = 0; l < kL; ++l) {
-      const bool upper = (l & step) != 0;
-      low[l] = static_cast<int32_t>(upper ? kL + l - step : l);
-      high[l] = static_cast<int32_t>(upper ? kL + l : l + step);
-    }
+  constexpr auto kLaneIndices = std::make_index_sequence<kLanesOf<V>>();
+  constexpr Int kLow = SwapLanes<Int, kStep, false>(kLaneIndices);
+  constexpr Int kHigh = SwapLanes<Int, kStep, true>(kLaneIndices);
 #pragma GCC unroll 16
-    for (int64_t i = 0; i < kL; ++i) {
-      if (i & step) continue;
-      const V x = m[i], y = m[i + step];
-      m[i] = __builtin_shuffle(x, y, low);
-      m[i + step] = __builtin_shuffle(x, y, high);
-    }
+  for (int64_t i = 0; i < kLanesOf<V>; ++i) {
+    if (i & kStep) continue;
+    const V x = m[i], y = m[i + kStep];
+    m[i] = __builtin_shuffle(x, y, kLow);
+    m[i + kStep] = __builtin_shuffle(x, y, kHigh);
   }
+  if constexpr (kStep > 1) TransposeSquare<V, kStep / 2>(m);
 }
 
 // kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
@@ -563,9 +584,10 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
   // others are left out of the value sum, not weighted by 0, so a NaN or
   // inf in a masked value (0 * inf = NaN) never reaches the row.
   int64_t begin[kRows], end[kRows];
-  // Whether every row sees the whole piece, so the rows can share value
-  // loads (on the diagonal of a causal tile most row groups still do).
-  bool full = true;
+  // The keys every row of the group sees, [shared_begin, shared_end): their
+  // value rows are shared between the rows' sums (the whole piece off the
+  // diagonal of a causal tile, most of it on the diagonal).
+  int64_t shared_begin = 0, shared_end = n;
   for (int64_t k = 0; k < kRows; ++k) {
     begin[k] = 0, end[k] = n;
     if (unmasked) continue;
@@ -575,21 +597,25 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
                     a.causal, a.window_left, a.window_right);
     begin[k] = std::clamp<int64_t>(range.lo - c0, 0, n);
     end[k] = std::clamp<int64_t>(range.hi - c0 + 1, 0, n);
-    full = full && begin[k] == 0 && end[k] == n;
+    shared_begin = std::max(shared_begin, begin[k]);
+    shared_end = std::min(shared_end, end[k]);
     if (begin[k] == 0 && end[k] == kKeyTile) continue;
     float* sr = s + k * kKeyTile;
     for (int64_t c = 0; c < kKeyTile; ++c) {
       if (c < begin[k] || c >= end[k]) sr[c] = kNegInf;
     }
   }
-  // The running maxes first, so one vector exp gives every row's
-  // correction factor exp(old max - new max). A Float16v of partial sums,
-  // maxes or exps is kHalves vectors V here: lane l of half h is lane
-  // h * kL + l of the Float16v, with the same operations in the same order.
+  // The running maxes first, so one exp per kL rows (a vector V, lane k
+  // for row k, spare lanes exp(0)) gives every row's correction factor
+  // exp(old max - new max). A Float16v of partial sums, maxes or exps is
+  // kHalves vectors V here: lane l of half h is lane h * kL + l of the
+  // Float16v, with the same operations in the same order. (Float16v itself
+  // is not one AVX2 register: GCC split its selects lane by lane.)
   constexpr int64_t kL = kLanesOf<V>;
   constexpr int64_t kHalves = kLanes / kL;
+  constexpr int64_t kRowVecs = (kRows + kL - 1) / kL;
   float shift[kRows];
-  Float16v old_minus_shift{};
+  alignas(64) float old_minus_shift[kRowVecs * kL] = {};
   for (int64_t k = 0; k < kRows; ++k) {
     const float* sr = s + k * kKeyTile;
     float piece_max = kNegInf;
@@ -610,10 +636,12 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
     old_minus_shift[k] = row_max - shift[k];
     if (begin[k] < end[k]) row_max = new_max;
   }
-  const Float16v correction_vector = ExpNonPositive(old_minus_shift);
-  float correction[kRows];
+  alignas(64) float correction[kRowVecs * kL];
+  for (int64_t v = 0; v < kRowVecs; ++v) {
+    Store<V>(correction + v * kL,
+             ExpNonPositive(Load<V>(old_minus_shift + v * kL)));
+  }
   for (int64_t k = 0; k < kRows; ++k) {
-    correction[k] = correction_vector[k];
     if (begin[k] >= end[k]) continue;
     float* sr = s + k * kKeyTile;
     float* sum = reinterpret_cast<float*>(&state.row_sum[r0 + k]);
@@ -630,18 +658,39 @@ POLYOPS_INLINE void AttendRows(const AttentionArgs<T>& a,
     }
   }
   float* acc = state.acc + r0 * d_size;
-  if (full) {
-    for (int64_t k = 0; k < kRows; k += kValueRows) {
-      AccumulateValueRows<kValueRows, V>(
-          acc + k * d_size, d_size, correction + k, s + k * kKeyTile, vs, n);
+  const int64_t vs_stride = ValueStride(d_size);
+  if (shared_begin >= shared_end) {
+    for (int64_t k = 0; k < kRows; ++k) {
+      if (begin[k] >= end[k]) continue;
+      AccumulateValues<V>(acc + k * d_size, d_size, correction[k],
+                          s + k * kKeyTile + begin[k],
+                          vs + begin[k] * vs_stride, end[k] - begin[k]);
     }
     return;
   }
+  // Each row's keys in order: its own keys before the shared ones (row by
+  // row), the shared ones (rows together), its own keys after them. The
+  // correction scales the accumulator once, in the first part the row has;
+  // the later parts scale by 1, which changes no bit.
+  float factor[kRows];
   for (int64_t k = 0; k < kRows; ++k) {
-    if (begin[k] >= end[k]) continue;
+    factor[k] = correction[k];
+    if (begin[k] == shared_begin) continue;
     AccumulateValues<V>(acc + k * d_size, d_size, correction[k],
-                        s + k * kKeyTile + begin[k], vs + begin[k] * d_size,
-                        end[k] - begin[k]);
+                        s + k * kKeyTile + begin[k], vs + begin[k] * vs_stride,
+                        shared_begin - begin[k]);
+    factor[k] = 1.0f;
+  }
+  for (int64_t k = 0; k < kRows; k += kValueRows) {
+    AccumulateValueRows<kValueRows, V>(
+        acc + k * d_size, d_size, factor + k, s + k * kKeyTile + shared_begin,
+        vs + shared_begin * vs_stride, shared_end - shared_begin);
+  }
+  for (int64_t k = 0; k < kRows; ++k) {
+    if (end[k] == shared_end) continue;
+    AccumulateValues<V>(acc + k * d_size, d_size, 1.0f,
+                        s + k * kKeyTile + shared_end,
+                        vs + shared_end * vs_stride, end[k] - shared_end);
   }
 }
 
@@ -659,12 +708,13 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
                                const AttentionTile& tile) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t d_size = a.head_size;
+  const int64_t vs_stride = ValueStride(d_size);
   const int64_t rows = tile.tokens * tile.heads;
   const int64_t kv_head = tile.head_begin / a.group;
   alignas(64) float qs[kTileFloats];
   alignas(64) float acc[kTileFloats];
   alignas(64) float kt[kMaxTileHead * kKeyTile];
-  alignas(64) float vs[kKeyTile * kMaxTileHead];
+  alignas(64) float vs[kKeyTile * ValueStride(kMaxTileHead)];
   alignas(64) float s[kRows * kKeyTile];
   alignas(64) Float16v row_sum[kMaxTileRows];
   float row_max[kMaxTileRows];
@@ -698,14 +748,14 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       const T* k_row =
           KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
                 a.block_size, c0 + c, kv_head);
-      k_rows[c] = StageIn(k_row, vs + c * d_size, d_size);
+      k_rows[c] = StageIn(k_row, vs + c * vs_stride, d_size);
     }
     TransposeKeys<V>(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
       const T* v_row =
           KvRow(a.value, a.v_stride_block, a.v_stride_token, a.v_stride_head,
                 seq, a.block_size, c0 + c, kv_head);
-      LoadBlock(v_row, 1, vs + c * d_size, d_size);
+      LoadBlock(v_row, 1, vs + c * vs_stride, d_size);
     }
     // Rows whose visible range covers the whole piece need no mask.
     const bool unmasked =
