@@ -45,11 +45,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-#: Where oneDNN's ISA has AVX-512 it runs every float32 and bfloat16 product. Below
-#: that (e.g. AVX2: AMD Zen 2/3) it has only reference kernels for some of them
-#: (bfloat16; float32 with the alpha/beta post-ops), which polyops never selects: the
-#: own AVX2 kernels or OpenBLAS run those, as they would without oneDNN.
+#: Where oneDNN's ISA has AVX-512 it runs every float32 and bfloat16 product. On AVX2
+#: (e.g. AMD Zen 2/3) it has only reference kernels for bfloat16, which polyops never
+#: selects: the own AVX2 kernels or OpenBLAS run those, as they would without oneDNN.
+#: float32 runs on oneDNN there too, the alpha/beta post-ops (reference only on AVX2)
+#: as a pass after oneDNN's plain product.
 ONEDNN_AVX512 = INFO["isa"].startswith("avx512")
+ONEDNN_F32 = ONEDNN_AVX512 or INFO["isa"].startswith("avx2")
 FALLBACK_PATHS = ("f32-axpy-avx2", "f32-dot-avx2", "bf16-axpy-avx2", "bf16-dot-avx2", "openblas")
 
 
@@ -58,6 +60,8 @@ def _expected_paths(dtype: torch.dtype) -> tuple[str, ...]:
     """oneDNN runs float32 and bfloat16 everywhere it loads with AVX-512; float16 only
     where it has a non-reference kernel (AVX512-FP16 / AMX-FP16), else the own/OpenBLAS
     paths run."""
+    if dtype == F32 and ONEDNN_F32:
+        return ("onednn",)
     if dtype in (F32, BF16):
         return ("onednn",) if ONEDNN_AVX512 else ("onednn", *FALLBACK_PATHS)
     with pytest.MonkeyPatch.context() as patch:

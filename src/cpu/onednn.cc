@@ -465,21 +465,13 @@ bool HasAvx512Bf16() {
   return library->info.available && library->bf16;
 }
 
-bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
-          float beta, const void* a, const void* b, const void* c, void* out) {
-  const std::shared_ptr<const Library> library = Loaded();
-  const dnnl_data_type_t dt = ToDnnl(dtype);
-  if (!library->info.available || dt == dnnl_data_type_undef) return false;
-  // oneDNN writes dst row-major; a column-major out is computed as its
-  // transpose, out^T = b^T a^T.
-  const bool transpose = l.out_blas.trans;
-  Matrix src = Oriented(l.a, l.a_blas, l.batch, l.m, l.k, transpose);
-  Matrix weights = Oriented(l.b, l.b_blas, l.batch, l.k, l.n, transpose);
-  if (transpose) std::swap(src, weights);
-  const Matrix dst = Oriented(l.out, l.out_blas, l.batch, l.m, l.n, transpose);
-  const int ndims = l.batch > 1 ? 3 : 2;
-  const bool use_sum = l.has_c && beta != 0.0f;
-  const std::array<Matrix, 3> operands{src, weights, dst};
+namespace {
+
+// The primitive for these operands and post-ops, from the cache or made.
+std::shared_ptr<const Primitive> Lookup(
+    const std::shared_ptr<const Library>& library, const char* op,
+    dnnl_data_type_t dt, int ndims, const std::array<Matrix, 3>& operands,
+    float alpha, bool use_sum, float beta) {
   Key key{};
   size_t at = 0;
   key[at++] = static_cast<int64_t>(dt);
@@ -497,18 +489,13 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
     primitive = Create(library, op, dt, ndims, operands, alpha, use_sum, beta);
     Insert(library, key, primitive);
   }
-  if (primitive->handle == nullptr) return false;
+  return primitive;
+}
 
-  if (use_sum && c != out) {
-    if (dtype == DataType::kFloat32) {
-      CopyC<uint32_t>(l, c, out);
-    } else {
-      CopyC<uint16_t>(l, c, out);
-    }
-  }
-  const Api& api = library->api;
-  const void* src_data = transpose ? b : a;
-  const void* weights_data = transpose ? a : b;
+void Execute(const Library& library, const char* op,
+             std::shared_ptr<const Primitive> primitive, const void* src,
+             const void* weights, void* dst) {
+  const Api& api = library.api;
   std::array<dnnl_memory_t, 3> memories{};
   struct Release {
     const Api& api;
@@ -520,21 +507,91 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
     }
   } release{api, memories};
   // oneDNN takes non-const handles; it only reads src and weights.
-  void* data[3] = {const_cast<void*>(src_data), const_cast<void*>(weights_data),
-                   out};
+  void* data[3] = {const_cast<void*>(src), const_cast<void*>(weights), dst};
   for (size_t i = 0; i < memories.size(); ++i) {
     Check(api.dnnl_memory_create(&memories[i], primitive->mds[i],
-                                 library->engine, data[i]),
+                                 library.engine, data[i]),
           op, "dnnl_memory_create");
   }
   const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memories[0]},
                                    {DNNL_ARG_WEIGHTS, memories[1]},
                                    {DNNL_ARG_DST, memories[2]}};
-  dnnl_stream_t stream = ThreadStream(*library, op);
+  dnnl_stream_t stream = ThreadStream(library, op);
   Check(api.dnnl_primitive_execute(primitive->handle, stream, 3, args), op,
         "dnnl_primitive_execute");
   Check(api.dnnl_stream_wait(stream), op, "dnnl_stream_wait");
   t_last_primitive = std::move(primitive);
+}
+
+// out = alpha * product (+ beta * c when use_sum), float32, where product
+// holds a @ b in dst's orientation (transpose: out^T), dense per batch.
+void ScaleProduct(const GemmLayout& l, bool transpose, float alpha,
+                  bool use_sum, float beta, const float* product,
+                  const float* c, float* out) {
+  const bool parallel = l.batch * l.m * l.n >= kParallelGrain;
+  ParallelFor(l.batch * l.m, parallel, [&](int64_t row) {
+    const int64_t i = row / l.m;
+    const int64_t r = row % l.m;
+    const float* p = product + i * l.m * l.n;
+    const int64_t p_row = transpose ? 1 : l.n;
+    const int64_t p_col = transpose ? l.m : 1;
+    float* to = out + i * l.out.batch_stride + r * l.out.row_stride;
+    const float* from =
+        use_sum ? c + i * l.c.batch_stride + r * l.c.row_stride : nullptr;
+    for (int64_t j = 0; j < l.n; ++j) {
+      float value = alpha * p[r * p_row + j * p_col];
+      if (use_sum) value = value + beta * from[j * l.c.col_stride];
+      to[j * l.out.col_stride] = value;
+    }
+  });
+}
+
+}  // namespace
+
+bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
+          float beta, const void* a, const void* b, const void* c, void* out) {
+  const std::shared_ptr<const Library> library = Loaded();
+  const dnnl_data_type_t dt = ToDnnl(dtype);
+  if (!library->info.available || dt == dnnl_data_type_undef) return false;
+  // oneDNN writes dst row-major; a column-major out is computed as its
+  // transpose, out^T = b^T a^T.
+  const bool transpose = l.out_blas.trans;
+  Matrix src = Oriented(l.a, l.a_blas, l.batch, l.m, l.k, transpose);
+  Matrix weights = Oriented(l.b, l.b_blas, l.batch, l.k, l.n, transpose);
+  if (transpose) std::swap(src, weights);
+  const Matrix dst = Oriented(l.out, l.out_blas, l.batch, l.m, l.n, transpose);
+  const int ndims = l.batch > 1 ? 3 : 2;
+  const bool use_sum = l.has_c && beta != 0.0f;
+  const void* src_data = transpose ? b : a;
+  const void* weights_data = transpose ? a : b;
+  std::shared_ptr<const Primitive> primitive =
+      Lookup(library, op, dt, ndims, {src, weights, dst}, alpha, use_sum, beta);
+  if (primitive->handle != nullptr) {
+    if (use_sum && c != out) {
+      if (dtype == DataType::kFloat32) {
+        CopyC<uint32_t>(l, c, out);
+      } else {
+        CopyC<uint16_t>(l, c, out);
+      }
+    }
+    Execute(*library, op, std::move(primitive), src_data, weights_data, out);
+    return true;
+  }
+  if (dtype != DataType::kFloat32 || (alpha == 1.0f && !use_sum)) return false;
+  // The post-ops have only oneDNN's reference kernels here (alpha and beta
+  // on AVX2 CPUs, oneDNN 3.2), the plain product may not: that into a dense
+  // buffer, then alpha and beta in one pass of float32 multiplies and adds
+  // (the post-ops' arithmetic).
+  const Matrix dense{dst.batch,           dst.rows, dst.cols,
+                     dst.rows * dst.cols, dst.cols, 1};
+  primitive =
+      Lookup(library, op, dt, ndims, {src, weights, dense}, 1.0f, false, 0.0f);
+  if (primitive->handle == nullptr) return false;
+  std::unique_ptr<float[]> product(new float[l.batch * l.m * l.n]);
+  Execute(*library, op, std::move(primitive), src_data, weights_data,
+          product.get());
+  ScaleProduct(l, transpose, alpha, use_sum, beta, product.get(),
+               static_cast<const float*>(c), static_cast<float*>(out));
   return true;
 }
 
