@@ -158,7 +158,8 @@ struct AttentionTile {
 
 // Tile sizes. A tile has at most kTileFloats / head_size (and kMaxTileRows)
 // query rows; keys stream through in kKeyTile pieces. The stack holds
-// 2 * kTileFloats + 2 * kKeyTile * kMaxTileHead floats (256 KiB) per thread.
+// 2 * kTileFloats + kKeyTile * (kMaxTileHead + ValueStride(kMaxTileHead))
+// floats (260 KiB) per thread.
 inline constexpr int64_t kKeyTile = 64;
 inline constexpr int64_t kMaxTileHead = 256;
 inline constexpr int64_t kTileFloats = 16384;
