@@ -223,6 +223,63 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 RowExp256(__m256 t) {
   }
 }
 
+// RowExp256<kBase2, true> of kN vectors in place, each step taken for all kN
+// before the next (the same operations per lane, so the same bits). One
+// exp is a chain of about a dozen dependent operations: two chains at a
+// time (RowExp256 per vector) ran the exp loop at 0.265 ns per element on
+// AMD Zen 3, four in lockstep at 0.23 (six: 0.26, eight: 0.27; in cache,
+// one thread).
+template <bool kBase2, int kN>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE void RowExpInRange256(__m256* v) {
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
+  __m256 shifted[kN], p[kN], r[kN];
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    if constexpr (kBase2) {
+      const __m256 y = _mm256_mul_ps(v[j], _mm256_set1_ps(kSoftmaxExpLog2e));
+      shifted[j] = _mm256_add_ps(y, shifter);
+      r[j] = _mm256_sub_ps(y, _mm256_sub_ps(shifted[j], shifter));
+    } else {
+      shifted[j] = _mm256_add_ps(
+          _mm256_mul_ps(v[j], _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
+      const __m256 n = _mm256_sub_ps(shifted[j], shifter);
+      r[j] = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2High), v[j]);
+      r[j] = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2Low), r[j]);
+    }
+  }
+  constexpr float kC5 = kBase2 ? kSoftmaxExp2C5 : kSoftmaxExpC5;
+  constexpr float kC4 = kBase2 ? kSoftmaxExp2C4 : kSoftmaxExpC4;
+  constexpr float kC3 = kBase2 ? kSoftmaxExp2C3 : kSoftmaxExpC3;
+  constexpr float kC2 = kBase2 ? kSoftmaxExp2C2 : kSoftmaxExpC2;
+  constexpr float kC1 = kBase2 ? kSoftmaxExp2C1 : kSoftmaxExpC1;
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    p[j] = _mm256_fmadd_ps(_mm256_set1_ps(kC5), r[j], _mm256_set1_ps(kC4));
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    p[j] = _mm256_fmadd_ps(p[j], r[j], _mm256_set1_ps(kC3));
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    p[j] = _mm256_fmadd_ps(p[j], r[j], _mm256_set1_ps(kC2));
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    p[j] = _mm256_fmadd_ps(p[j], r[j], _mm256_set1_ps(kC1));
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    p[j] = _mm256_fmadd_ps(p[j], r[j], _mm256_set1_ps(1.0f));
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) {
+    const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(shifted[j]),
+                                       _mm256_castps_si256(shifter));
+    v[j] = _mm256_mul_ps(p[j], PowerOfTwo256(n));
+  }
+}
+
 // ExpShiftSum with RowExp256, to the bit (e may be x): the 16 lane sums in
 // two vectors, the tail's elements added to the first lanes, the same fold.
 // x's 16-element chunks are in T's pair order (StageAndMax256), as far as
@@ -238,6 +295,22 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE float ExpShiftSum256(const float* x,
   const __m256 shift = _mm256_set1_ps(max);
   __m256 lanes[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
+  if constexpr (kInRange) {
+    constexpr int kN = 4;
+    for (; i + 8 * kN <= n; i += 8 * kN) {
+      __m256 v[kN];
+#pragma GCC unroll 8
+      for (int j = 0; j < kN; ++j) {
+        v[j] = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), shift);
+      }
+      RowExpInRange256<kBase2, kN>(v);
+#pragma GCC unroll 8
+      for (int j = 0; j < kN; ++j) {
+        _mm256_storeu_ps(e + i + 8 * j, v[j]);
+        lanes[j % 2] = _mm256_add_ps(lanes[j % 2], v[j]);
+      }
+    }
+  }
   for (; i + 16 <= n; i += 16) {
     for (int c = 0; c < 2; ++c) {
       const __m256 v = RowExp256<kBase2, kInRange>(
