@@ -502,12 +502,32 @@ POLYOPS_INLINE void TransposeSquare(V* m) {
   if constexpr (kStep > 1) TransposeSquare<V, kStep / 2>(m);
 }
 
+// kL values of row p from dim d0 as floats: float as is, bfloat16 widened
+// in the vector (its float is its bits shifted up 16), so bfloat16 keys go
+// from the cache into the transposition in one pass, not two.
+template <typename V, typename T>
+POLYOPS_INLINE V LoadKeys(const T* p) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    using Int = decltype(V{} < V{});
+    typedef uint16_t Bits __attribute__((vector_size(sizeof(V) / 2)));
+    Bits bits;
+    std::memcpy(&bits, p, sizeof(bits));
+    const Int wide = __builtin_convertvector(bits, Int) << 16;
+    V v;
+    std::memcpy(&v, &wide, sizeof(v));
+    return v;
+  } else {
+    static_assert(std::is_same_v<T, float>, "float or staged rows");
+    return Load<V>(p);
+  }
+}
+
 // kt[d * kKeyTile + c] = rows[c][d] for c < n and 0 for n <= c < kKeyTile
 // (the padding keys score 0 and are masked): kL x kL blocks transposed in
 // registers of the variant's vector V, a scalar loop for the last
-// d_size % kL dims.
-template <typename V>
-POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
+// d_size % kL dims. Rows of float or bfloat16 (converted as loaded).
+template <typename V, typename T>
+POLYOPS_INLINE void TransposeKeys(const T* const* rows, int64_t n,
                                   int64_t d_size, float* kt) {
   constexpr int64_t kL = kLanesOf<V>;
   const int64_t d_vec = d_size - d_size % kL;
@@ -516,7 +536,7 @@ POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
       V m[kL];
 #pragma GCC unroll 16
       for (int64_t i = 0; i < kL; ++i) {
-        m[i] = c0 + i < n ? Load<V>(rows[c0 + i] + d0) : V{};
+        m[i] = c0 + i < n ? LoadKeys<V>(rows[c0 + i] + d0) : V{};
       }
       TransposeSquare(m);
 #pragma GCC unroll 16
@@ -527,7 +547,8 @@ POLYOPS_INLINE void TransposeKeys(const float* const* rows, int64_t n,
   }
   for (int64_t d = d_vec; d < d_size; ++d) {
     for (int64_t c = 0; c < kKeyTile; ++c) {
-      kt[d * kKeyTile + c] = c < n ? rows[c][d] : 0.0f;
+      kt[d * kKeyTile + c] =
+          c < n ? static_cast<float>(Load(rows[c] + d)) : 0.0f;
     }
   }
 }
@@ -744,12 +765,19 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
   // of the tile, so those kv tiles are never loaded.
   for (int64_t c0 = first_range.lo; c0 <= last_range.hi; c0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, last_range.hi - c0 + 1);
-    const float* k_rows[kKeyTile];
+    // float16 keys are staged as float first (widening them in the
+    // vector takes F16C, which the baseline variant lacks).
+    using KeyRow = std::conditional_t<std::is_same_v<T, Half>, float, T>;
+    const KeyRow* k_rows[kKeyTile];
     for (int64_t c = 0; c < n; ++c) {
       const T* k_row =
           KvRow(a.key, a.k_stride_block, a.k_stride_token, a.k_stride_head, seq,
                 a.block_size, c0 + c, kv_head);
-      k_rows[c] = StageIn(k_row, vs + c * vs_stride, d_size);
+      if constexpr (std::is_same_v<T, Half>) {
+        k_rows[c] = StageIn(k_row, vs + c * vs_stride, d_size);
+      } else {
+        k_rows[c] = k_row;
+      }
     }
     TransposeKeys<V>(k_rows, n, d_size, kt);
     for (int64_t c = 0; c < n; ++c) {
