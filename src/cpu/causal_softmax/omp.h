@@ -173,77 +173,38 @@ TimesPowerOfTwo256(__m256 y, __m256 shifted, __m256 shifter, __m256 special) {
                           _mm256_cmp_ps(special, special, _CMP_UNORD_Q));
 }
 
-// SoftmaxExp on 8 lanes, to the bit. kInRange: every t is NaN or at least
-// kSoftmaxInRange, so the clamp changes nothing and is left out.
+// kInRange: every exp argument is NaN or at least kSoftmaxInRange, so the
+// clamp changes nothing and is left out.
 inline constexpr float kSoftmaxInRange = -80.0f;
 
-template <bool kInRange>
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp256(__m256 t) {
-  const __m256 c =
-      kInRange ? t : _mm256_max_ps(t, _mm256_set1_ps(kSoftmaxExpLow));
+// SoftmaxExp (kBase2 false) or SoftmaxExp2Of (kBase2 true) of kN vectors of
+// 8 lanes in place, to the bit, each step taken for all kN before the next
+// (the same operations per lane, so the same bits). One exp is a chain of
+// about a dozen dependent operations: two chains at a time (one vector per
+// call) ran the exp loop at 0.265 ns per element on AMD Zen 3, four in
+// lockstep at 0.23 (six: 0.26, eight: 0.27; in cache, one thread).
+template <bool kBase2, bool kInRange, int kN>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE void RowExps256(__m256* v) {
   const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
-  const __m256 shifted = _mm256_add_ps(
-      _mm256_mul_ps(c, _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
-  const __m256 n = _mm256_sub_ps(shifted, shifter);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2High), c);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2Low), r);
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kSoftmaxExpC5), r,
-                             _mm256_set1_ps(kSoftmaxExpC4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSoftmaxExpC1));
-  const __m256 y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  return TimesPowerOfTwo256<kInRange>(y, shifted, shifter, t);
-}
-
-// SoftmaxExp2Of on 8 lanes, to the bit (kInRange as SoftmaxExp256's).
-template <bool kInRange>
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 SoftmaxExp2Of256(__m256 t) {
-  const __m256 y = _mm256_mul_ps(t, _mm256_set1_ps(kSoftmaxExpLog2e));
-  const __m256 c =
-      kInRange ? y : _mm256_max_ps(y, _mm256_set1_ps(kSoftmaxExp2Low));
-  const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
-  const __m256 shifted = _mm256_add_ps(c, shifter);
-  const __m256 f = _mm256_sub_ps(c, _mm256_sub_ps(shifted, shifter));
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kSoftmaxExp2C5), f,
-                             _mm256_set1_ps(kSoftmaxExp2C4));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C3));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C2));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kSoftmaxExp2C1));
-  const __m256 r = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  return TimesPowerOfTwo256<kInRange>(r, shifted, shifter, y);
-}
-
-template <bool kBase2, bool kInRange>
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 RowExp256(__m256 t) {
-  if constexpr (kBase2) {
-    return SoftmaxExp2Of256<kInRange>(t);
-  } else {
-    return SoftmaxExp256<kInRange>(t);
-  }
-}
-
-// RowExp256<kBase2, true> of kN vectors in place, each step taken for all kN
-// before the next (the same operations per lane, so the same bits). One
-// exp is a chain of about a dozen dependent operations: two chains at a
-// time (RowExp256 per vector) ran the exp loop at 0.265 ns per element on
-// AMD Zen 3, four in lockstep at 0.23 (six: 0.26, eight: 0.27; in cache,
-// one thread).
-template <bool kBase2, int kN>
-POLYOPS_TARGET_AVX2 POLYOPS_INLINE void RowExpInRange256(__m256* v) {
-  const __m256 shifter = _mm256_set1_ps(12582912.0f);  // 1.5 * 2**23
-  __m256 shifted[kN], p[kN], r[kN];
+  // special: what a NaN lane returns (t, or y = t log2 e).
+  __m256 shifted[kN], r[kN], p[kN], special[kN];
 #pragma GCC unroll 8
   for (int j = 0; j < kN; ++j) {
     if constexpr (kBase2) {
-      const __m256 y = _mm256_mul_ps(v[j], _mm256_set1_ps(kSoftmaxExpLog2e));
-      shifted[j] = _mm256_add_ps(y, shifter);
-      r[j] = _mm256_sub_ps(y, _mm256_sub_ps(shifted[j], shifter));
+      special[j] = _mm256_mul_ps(v[j], _mm256_set1_ps(kSoftmaxExpLog2e));
+      const __m256 c =
+          kInRange ? special[j]
+                   : _mm256_max_ps(special[j], _mm256_set1_ps(kSoftmaxExp2Low));
+      shifted[j] = _mm256_add_ps(c, shifter);
+      r[j] = _mm256_sub_ps(c, _mm256_sub_ps(shifted[j], shifter));
     } else {
+      special[j] = v[j];
+      const __m256 c =
+          kInRange ? v[j] : _mm256_max_ps(v[j], _mm256_set1_ps(kSoftmaxExpLow));
       shifted[j] = _mm256_add_ps(
-          _mm256_mul_ps(v[j], _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
+          _mm256_mul_ps(c, _mm256_set1_ps(kSoftmaxExpLog2e)), shifter);
       const __m256 n = _mm256_sub_ps(shifted[j], shifter);
-      r[j] = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2High), v[j]);
+      r[j] = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2High), c);
       r[j] = _mm256_fmadd_ps(n, _mm256_set1_ps(-kSoftmaxExpLn2Low), r[j]);
     }
   }
@@ -274,10 +235,14 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE void RowExpInRange256(__m256* v) {
   }
 #pragma GCC unroll 8
   for (int j = 0; j < kN; ++j) {
-    const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(shifted[j]),
-                                       _mm256_castps_si256(shifter));
-    v[j] = _mm256_mul_ps(p[j], PowerOfTwo256(n));
+    v[j] = TimesPowerOfTwo256<kInRange>(p[j], shifted[j], shifter, special[j]);
   }
+}
+
+template <bool kBase2, bool kInRange>
+POLYOPS_TARGET_AVX2 POLYOPS_INLINE __m256 RowExp256(__m256 t) {
+  RowExps256<kBase2, kInRange, 1>(&t);
+  return t;
 }
 
 // ExpShiftSum with RowExp256, to the bit (e may be x): the 16 lane sums in
@@ -303,7 +268,7 @@ POLYOPS_TARGET_AVX2 POLYOPS_INLINE float ExpShiftSum256(const float* x,
       for (int j = 0; j < kN; ++j) {
         v[j] = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), shift);
       }
-      RowExpInRange256<kBase2, kN>(v);
+      RowExps256<kBase2, true, kN>(v);
 #pragma GCC unroll 8
       for (int j = 0; j < kN; ++j) {
         _mm256_storeu_ps(e + i + 8 * j, v[j]);
