@@ -431,42 +431,6 @@ void CopyC(const GemmLayout& l, const void* c, void* out) {
   });
 }
 
-}  // namespace
-
-Info GetInfo() {
-  Info info = Loaded()->info;
-  if (t_last_primitive) info.last_impl = t_last_primitive->impl;
-  return info;
-}
-
-void SetLibraryPath(const std::string& path) {
-  State& state = GlobalState();
-  std::vector<CacheEntry> dropped;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.path = path;
-    state.library.reset();
-    dropped.swap(state.cache);
-  }
-}
-
-bool HasAvx512() {
-  const std::shared_ptr<const Library> library = Loaded();
-  return library->info.available && library->avx512;
-}
-
-bool HasAvx2() {
-  const std::shared_ptr<const Library> library = Loaded();
-  return library->info.available && library->avx2;
-}
-
-bool HasAvx512Bf16() {
-  const std::shared_ptr<const Library> library = Loaded();
-  return library->info.available && library->bf16;
-}
-
-namespace {
-
 // The primitive for these operands and post-ops, from the cache or made.
 std::shared_ptr<const Primitive> Lookup(
     const std::shared_ptr<const Library>& library, const char* op,
@@ -547,6 +511,38 @@ void ScaleProduct(const GemmLayout& l, bool transpose, float alpha,
 }
 
 }  // namespace
+
+Info GetInfo() {
+  Info info = Loaded()->info;
+  if (t_last_primitive) info.last_impl = t_last_primitive->impl;
+  return info;
+}
+
+void SetLibraryPath(const std::string& path) {
+  State& state = GlobalState();
+  std::vector<CacheEntry> dropped;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.path = path;
+    state.library.reset();
+    dropped.swap(state.cache);
+  }
+}
+
+bool HasAvx512() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->avx512;
+}
+
+bool HasAvx2() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->avx2;
+}
+
+bool HasAvx512Bf16() {
+  const std::shared_ptr<const Library> library = Loaded();
+  return library->info.available && library->bf16;
+}
 
 bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
           float beta, const void* a, const void* b, const void* c, void* out) {
