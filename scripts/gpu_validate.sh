@@ -6,17 +6,41 @@
 #                                   from third_party/flashinfer)
 #   scripts/gpu_validate.sh test    the CUDA tests and the parity suite
 #   scripts/gpu_validate.sh bench   the CUDA benchmarks (JSON + tables)
+#   scripts/gpu_validate.sh cpu     the CPU matrix products on the machine's
+#                                   own CPU (AMX where it has it), after build
 # Logs and JSON go to $OUT (default /tmp/polyops-gpu). Wheels the machine
-# lacks (scipy-openblas32, scikit-build-core>=1.1) travel in .whl/.
+# lacks (scipy-openblas32, scikit-build-core>=1.1, and for `cpu` oneDNN's
+# onednn-cpu-gomp and onednn-devel-cpu-gomp) travel in .whl/.
 set -uo pipefail
 OUT=${OUT:-/tmp/polyops-gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" >/dev/null; then
+shopt -s nullglob
+wheels=() onednn_wheels=()
+for wheel in .whl/*.whl; do
+  case "$(basename "$wheel")" in
+    onednn*) onednn_wheels+=("$wheel") ;;
+    *) wheels+=("$wheel") ;;
+  esac
+done
+if ((${#wheels[@]})); then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/site .whl/*.whl || exit 1
+    --upgrade --target /tmp/site "${wheels[@]}" || exit 1
   export PYTHONPATH=/tmp/site
 fi
+# oneDNN's wheels keep their headers and library outside site-packages,
+# which pip --target drops: unpacked instead, the headers passed to CMake
+# and the library found through the loader's path.
+onednn=()
+for wheel in "${onednn_wheels[@]}"; do
+  python3 -m zipfile -e "$wheel" /tmp/onednn || exit 1
+done
+for data in /tmp/onednn/*.data/data; do
+  [[ -f $data/include/oneapi/dnnl/dnnl.h ]] &&
+    onednn=(-C "cmake.define.POLYOPS_ONEDNN_INCLUDE_DIR=$data/include")
+  [[ -e $data/lib/libdnnl.so.3 ]] &&
+    export LD_LIBRARY_PATH=$data/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+done
 
 case "${1:-}" in
   build)
@@ -28,7 +52,7 @@ case "${1:-}" in
     # -C build-dir keeps the objects between calls on a warm machine.
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -v \
       --no-build-isolation --no-deps -C build-dir=/tmp/polyops-build \
-      -C cmake.define.WITH_CUDA=ON "${flashinfer[@]}" . \
+      -C cmake.define.WITH_CUDA=ON "${flashinfer[@]}" "${onednn[@]}" . \
       >"$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
     (cd /tmp && python3 -m polyops) | tee "$OUT/polyops.txt"
     ;;
@@ -50,8 +74,26 @@ case "${1:-}" in
       --json "$OUT/attention.json"
     python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host.json"
     ;;
+  cpu)
+    # The development CPUs have no AMX; a GPU host often has (Sapphire
+    # Rapids and later). The oneDNN path's tests, then the products at the
+    # issue's shapes against torch, 2 threads as issue 13 measures them.
+    lscpu >"$OUT/lscpu.txt"
+    grep -o -w -E 'avx512f|avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo |
+      sort -u | tr '\n' ' ' | tee "$OUT/cpu_flags.txt"
+    echo
+    (cd /tmp && python3 -c 'import polyops; print(polyops._C._onednn_info())') |
+      tee "$OUT/onednn.txt"
+    python3 -m pytest -q -rs -p no:cacheprovider tests/test_gemm.py \
+      tests/test_gemm_onednn.py --junitxml "$OUT/cpu_junit.xml" \
+      >"$OUT/cpu_tests.log" 2>&1
+    tail -3 "$OUT/cpu_tests.log"
+    timeout 420 python3 benchmarks/gemm.py --threads 2 --paths own,auto \
+      --repeats 3 --json "$OUT/cpu_gemm.json" 2>&1 | tee "$OUT/cpu_gemm.txt" |
+      tail -40
+    ;;
   *)
-    echo "usage: $0 build|test|bench" >&2
+    echo "usage: $0 build|test|bench|cpu" >&2
     exit 2
     ;;
 esac
