@@ -222,7 +222,7 @@ def build(case: Case) -> tuple[Callable[[], object], Callable[[], object], Calla
 
 def cases_for(args: argparse.Namespace) -> list[Case]:
     """The cases to run for the command line."""
-    dtypes = ["f32"] if args.no_bf16 else ["f32", "bf16"]
+    dtypes = [dt for dt in DTYPES if not getattr(args, f"no_{dt}")]
     if args.shape:
         return [
             Case("custom", op, dt, m, n, k)
@@ -315,6 +315,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="skip the 4096 x 11008 x 4096 rows (seconds per call on small machines)",
     )
+    parser.add_argument("--no-f32", action="store_true", help="skip the float32 rows")
     parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 rows")
     parser.add_argument(
         "--shape",
@@ -342,6 +343,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "its OpenBLAS calls included)",
     )
     args = finish_run_arguments(parser.parse_args(argv))
+    if args.no_f32 and args.no_bf16:
+        parser.error("--no-f32 and --no-bf16 leave no dtype to run")
     if args.size is None:
         args.size = 256 if args.quick else 1024
     args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
@@ -437,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "settings": {
                 "size": args.size,
                 "large": not (args.quick or args.no_large),
+                "f32": not args.no_f32,
                 "bf16": not args.no_bf16,
                 "repeats": args.repeats,
                 "sample_ms": args.sample_ms,

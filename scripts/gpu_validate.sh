@@ -88,18 +88,22 @@ case "${1:-}" in
       tests/test_gemm_onednn.py --junitxml "$OUT/cpu_junit.xml" \
       >"$OUT/cpu_tests.log" 2>&1
     tail -3 "$OUT/cpu_tests.log"
-    # Two bounded runs, so the decode and square rows keep their JSON if
-    # the Llama MLP shape (seconds per call in float32) runs out of time;
-    # a stopped run is reported, not this script's exit status (124 would
-    # read as the device call's own time limit).
+    # Bounded runs, each with its own JSON: the decode and square rows, then
+    # the Llama MLP shape in bfloat16 (what AMX changes) and in float32
+    # (seconds per call). A stopped run is reported, not passed on as this
+    # script's exit status (124 would read as the device call's own limit).
     gemm() {
-      timeout 240 python3 benchmarks/gemm.py --threads 2 --paths own,auto \
-        --repeats 3 "$@" || echo "gemm.py $*: exit $? (124: stopped at 240 s)"
+      local seconds=$1 name=$2
+      shift 2
+      timeout "$seconds" python3 benchmarks/gemm.py --threads 2 \
+        --paths own,auto --repeats 3 --json "$OUT/$name.json" "$@" 2>&1 ||
+        echo "gemm.py $*: exit $? (124: stopped at $seconds s)"
     }
-    gemm --no-large --json "$OUT/cpu_gemm.json" 2>&1 |
-      tee "$OUT/cpu_gemm.txt" | tail -25
-    gemm --shape 4096x11008x4096 --json "$OUT/cpu_gemm_mlp.json" 2>&1 |
-      tee "$OUT/cpu_gemm_mlp.txt" | tail -8
+    gemm 220 cpu_gemm --no-large | tee "$OUT/cpu_gemm.txt" | tail -25
+    gemm 120 cpu_gemm_mlp_bf16 --no-f32 --shape 4096x11008x4096 |
+      tee "$OUT/cpu_gemm_mlp_bf16.txt" | tail -6
+    gemm 200 cpu_gemm_mlp_f32 --no-bf16 --shape 4096x11008x4096 |
+      tee "$OUT/cpu_gemm_mlp_f32.txt" | tail -6
     ;;
   *)
     echo "usage: $0 build|test|bench|cpu" >&2
