@@ -836,7 +836,13 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       // (NaN where 0 * inf reached the accumulator). A NaN sum stays NaN.
       const float sum = SumOfLanes(row_sum[r]);
       const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-      for (int64_t d = 0; d < d_size; ++d) o[d] *= inverse;
+      // One NaN in every variant: a NaN's sign follows the operand order
+      // the compiler picks for a commutative operation, which differs
+      // between the variants' vector widths (tests/test_cpu_wide_vectors.py).
+      for (int64_t d = 0; d < d_size; ++d) {
+        const float v = o[d] * inverse;
+        o[d] = v == v ? v : std::numeric_limits<float>::quiet_NaN();
+      }
       StoreBlock(o,
                  a.out + token * a.o_stride_token +
                      (tile.head_begin + h) * a.o_stride_head,
