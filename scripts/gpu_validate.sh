@@ -8,6 +8,8 @@
 #   scripts/gpu_validate.sh bench   the CUDA benchmarks (JSON + tables)
 #   scripts/gpu_validate.sh cpu     the CPU matrix products on the machine's
 #                                   own CPU (AMX where it has it), after build
+#   scripts/gpu_validate.sh isa     the CPU kernels' ISA variants on that CPU
+#                                   (AVX-512 where it has it), after build
 # Logs and JSON go to $OUT (default /tmp/polyops-gpu). Wheels the machine
 # lacks (scipy-openblas32, scikit-build-core>=1.1, and for `cpu` oneDNN's
 # onednn-cpu-gomp and onednn-devel-cpu-gomp) travel in .whl/.
@@ -105,8 +107,22 @@ case "${1:-}" in
     gemm 200 cpu_gemm_mlp_f32 --no-bf16 --shape 4096x11008x4096 |
       tee "$OUT/cpu_gemm_mlp_f32.txt" | tail -6
     ;;
+  isa)
+    # The development CPUs lately have no AVX-512; a GPU host often has. The
+    # variants' bit-for-bit test and the 16-lane attention harness, which
+    # adds the real AVX-512 variant to its comparison there.
+    grep -o -w -E 'avx2|avx512f|avx512_bf16' /proc/cpuinfo | sort -u |
+      tr '\n' ' ' | tee "$OUT/isa_flags.txt"
+    echo
+    (cd /tmp && python3 -c 'import polyops; print(polyops._C._cpu_isa())') |
+      tee -a "$OUT/isa_flags.txt"
+    python3 -m pytest -q -rs -p no:cacheprovider tests/test_cpu_isa.py \
+      tests/test_cpu_wide_vectors.py --junitxml "$OUT/isa_junit.xml" \
+      >"$OUT/isa_tests.log" 2>&1
+    tail -3 "$OUT/isa_tests.log"
+    ;;
   *)
-    echo "usage: $0 build|test|bench|cpu" >&2
+    echo "usage: $0 build|test|bench|cpu|isa" >&2
     exit 2
     ;;
 esac
