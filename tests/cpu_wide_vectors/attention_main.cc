@@ -103,10 +103,11 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
   std::vector<int32_t> block_ids;
   if (shape.block_size > 0) {
     num_blocks += 2;
-    std::vector<int32_t> order(num_blocks);
-    for (int64_t i = 0; i < num_blocks; ++i) order[i] = static_cast<int32_t>(i);
-    std::shuffle(order.begin(), order.end(), *gen);
-    block_ids = order;
+    block_ids.resize(num_blocks);
+    for (int64_t i = 0; i < num_blocks; ++i) {
+      block_ids[i] = static_cast<int32_t>(i);
+    }
+    std::shuffle(block_ids.begin(), block_ids.end(), *gen);
     int64_t at = 0;
     for (auto& seq : sequences) {
       seq.blocks = block_ids.data() + at;
@@ -116,14 +117,14 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
   const int64_t kv_rows =
       shape.block_size > 0 ? num_blocks * shape.block_size : total_kv;
   std::normal_distribution<float> normal;
-  auto fill = [&](int64_t n, float scale) {
+  auto fill = [&](int64_t n) {
     std::vector<float> v(n);
-    for (float& x : v) x = normal(*gen) * scale;
+    for (float& x : v) x = normal(*gen);
     return v;
   };
-  std::vector<float> qf = fill(total_q * hq * d, 1.0f);
-  std::vector<float> kf = fill(kv_rows * hkv * d, 1.0f);
-  std::vector<float> vf = fill(kv_rows * hkv * d, 1.0f);
+  std::vector<float> qf = fill(total_q * hq * d);
+  std::vector<float> kf = fill(kv_rows * hkv * d);
+  std::vector<float> vf = fill(kv_rows * hkv * d);
   if (shape.specials) {
     const float inf = std::numeric_limits<float>::infinity();
     std::uniform_int_distribution<int64_t> kv_at(0, kv_rows * hkv * d - 1);
