@@ -85,6 +85,7 @@ template <typename T>
 void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
   const int64_t batch = static_cast<int64_t>(shape.q_lens.size());
   const int64_t d = shape.head_size, hq = shape.heads, hkv = shape.kv_heads;
+  const bool paged = shape.block_size > 0;
   std::vector<cpu::AttentionSequence> sequences(batch);
   int64_t total_q = 0, total_kv = 0, num_blocks = 0;
   for (int64_t b = 0; b < batch; ++b) {
@@ -94,14 +95,14 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
     sequences[b].kv_len = shape.kv_lens[b];
     total_q += shape.q_lens[b];
     total_kv += shape.kv_lens[b];
-    if (shape.block_size > 0) {
+    if (paged) {
       num_blocks +=
           (shape.kv_lens[b] + shape.block_size - 1) / shape.block_size;
     }
   }
   // Paged: each sequence's blocks in a shuffled order, two spare blocks.
   std::vector<int32_t> block_ids;
-  if (shape.block_size > 0) {
+  if (paged) {
     num_blocks += 2;
     block_ids.resize(num_blocks);
     for (int64_t i = 0; i < num_blocks; ++i) {
@@ -114,8 +115,7 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
       at += (seq.kv_len + shape.block_size - 1) / shape.block_size;
     }
   }
-  const int64_t kv_rows =
-      shape.block_size > 0 ? num_blocks * shape.block_size : total_kv;
+  const int64_t kv_rows = paged ? num_blocks * shape.block_size : total_kv;
   std::normal_distribution<float> normal;
   auto fill = [&](int64_t n) {
     std::vector<float> v(n);
@@ -143,7 +143,6 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
   for (int64_t b = 0; b < batch; ++b) {
     cpu::AppendTiles(sequences[b], b, hkv, group, d, &tiles);
   }
-  const bool paged = shape.block_size > 0;
   // Key / value row j of sequence seq, kv head g (the kernel's KvRow).
   auto kv_offset = [&](const cpu::AttentionSequence& seq, int64_t j,
                        int64_t g) {
