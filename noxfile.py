@@ -1,4 +1,5 @@
-"""Developer sessions: ``nox -s tests`` (build + full test suite) and ``nox -s lint``."""
+"""Developer sessions: ``nox -s tests`` (build + full test suite), ``nox -s lint`` and
+``nox -s cuda_build`` (the CUDA compile check; needs nvcc, no GPU)."""
 
 from __future__ import annotations
 
@@ -22,16 +23,16 @@ OPENBLAS = "scipy-openblas32>=0.3.27"
 X86_LINUX = "; sys_platform == 'linux' and platform_machine == 'x86_64'"
 ONEDNN = ["onednn-devel-cpu-gomp==2023.2.0" + X86_LINUX, "onednn-cpu-gomp==2023.2.0" + X86_LINUX]
 BUILD_REQUIREMENTS = ["scikit-build-core>=1.1", "pybind11>=2.12", "ninja", "cmake>=3.18"]
-# With nvcc on the machine the tests run against a build that also compiles
-# the CUDA backend (compile-only without a GPU; docs/cuda.md). cuBLAS headers
-# and libraries for the cuBLAS slots come from this wheel (installed in ~25 s
-# from the package index; the machine's toolkit may lack cuBLAS).
+# The CUDA compile check (`nox -s cuda_build`, or `nox -s tests -- --cuda`):
+# cuBLAS headers and libraries for the cuBLAS slots come from this wheel
+# (installed in ~25 s from the package index; the machine's toolkit may lack
+# cuBLAS).
 CUBLAS = "nvidia-cublas==13.1.1.3"
-# The FlashInfer attention slots (docs/cuda.md, "FlashInfer") in the compile
-# check: headers fetched from PyPI at configure time, one dtype, one head size
-# and one architecture, i.e. two instantiation TUs (30 s of nvcc user time,
-# measured) that still cover every launcher template (ragged and paged, both
-# masks, both tiles). The full default set would add about 6 CPU-minutes.
+# The FlashInfer attention slots in the compile check: headers fetched from
+# PyPI at configure time, one dtype, one head size and one architecture, i.e.
+# two instantiation TUs (30 s of nvcc user time, measured) that still cover
+# every launcher template (ragged and paged, both masks, both tiles). The full
+# default set would add about 6 CPU-minutes.
 FLASHINFER_CI = [
     "-C",
     "cmake.define.POLYOPS_FLASHINFER=ON",
@@ -42,23 +43,35 @@ FLASHINFER_CI = [
     "-C",
     "cmake.define.POLYOPS_FLASHINFER_ARCHITECTURES=90",
 ]
-# Upper bound of the whole install step (compile included), in seconds; the
-# CUDA-enabled build takes about 15 min on 2 shared cores (docs/ci.md).
+# The tests that check a CUDA build without a GPU (slots listed, FlashInfer
+# compiled in, errors without a usable GPU); the GPU tests in them skip with
+# a reason. The emulated CUDA kernels need no CUDA build: `nox -s tests`
+# runs them.
+CUDA_BUILD_TESTS = ["tests/test_cuda.py", "tests/test_cuda_ops.py"]
+# Upper bound of one install step (compile included), in seconds: the CPU
+# build takes about 5 min on 2 cores, the CUDA-enabled one about 15 min on 2
+# loaded cores (docs/ci.md).
 BUILD_TIMEOUT_S = 1500
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """Build polyops against the session's torch and run every test (tests/ and .ci/tests/)."""
+def _build_and_test(session: nox.Session, cuda: bool, pytest_args: list[str]) -> None:
+    """Install the test dependencies, build polyops against the session's torch (with the
+    CUDA backend when `cuda`), and run pytest with `pytest_args`."""
     session.install(TORCH, OPENBLAS, *ONEDNN, *BUILD_REQUIREMENTS, "pytest>=7", "pyyaml", "numpy")
-    nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     config = []
     env = {}
-    if nvcc:
-        session.log(f"nvcc found ({nvcc}): building with WITH_CUDA=ON (compile check)")
+    if cuda:
+        nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
+        if not nvcc:
+            session.error("the CUDA compile check needs nvcc (set CUDACXX or put it on PATH)")
+        session.log(f"nvcc: {nvcc}; building with WITH_CUDA=ON (compile check, no GPU needed)")
         session.install(CUBLAS)
         config = ["-C", "cmake.define.WITH_CUDA=ON", *FLASHINFER_CI]
         env["POLYOPS_EXPECT_FLASHINFER"] = "1"  # tests/test_cuda.py checks the slot is listed
+    else:
+        # A CPU-only torch never builds the CUDA backend (WITH_CUDA=AUTO), but say so
+        # explicitly: a CUDA torch in this venv would otherwise add the CUDA compile.
+        config = ["-C", "cmake.define.WITH_CUDA=OFF"]
     # No build isolation: compile against the torch installed above. `timeout`
     # bounds the compile so a stuck or slow build fails CI instead of hanging it.
     install = ["python", "-m", "pip", "install", "--no-build-isolation", "--no-deps", *config, "."]
@@ -68,7 +81,24 @@ def tests(session: nox.Session) -> None:
         session.run(*install)
     # The package source lives in python/polyops, so `import polyops` here is
     # the installed build; testpaths come from pyproject.toml.
-    session.run("python", "-m", "pytest", *session.posargs, env=env)
+    session.run("python", "-m", "pytest", *pytest_args, env=env)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Build polyops (CPU backend, Ascend backend and its CANN test double) against the
+    session's torch and run every test (tests/ and .ci/tests/). `nox -s tests -- --cuda`
+    also compiles the CUDA backend (needs nvcc; adds about 10-15 min on 2 cores); other
+    arguments after `--` go to pytest."""
+    cuda = "--cuda" in session.posargs
+    _build_and_test(session, cuda, [arg for arg in session.posargs if arg != "--cuda"])
+
+
+@nox.session
+def cuda_build(session: nox.Session) -> None:
+    """The CUDA compile check: build with the CUDA backend and the FlashInfer slots (needs
+    nvcc, no GPU) and run the tests that check that build. CI runs it as its own step."""
+    _build_and_test(session, True, [*CUDA_BUILD_TESTS, *session.posargs])
 
 
 @nox.session

@@ -1,4 +1,4 @@
-"""Issue 13's CPU targets in one run: every figure with its ratio, target and verdict.
+"""polyops' CPU speed targets in one run: every figure with its ratio, target and verdict.
 
 Runs one after another, each in its own process with the same thread count:
 
@@ -18,6 +18,7 @@ one table. Exit status 0 whatever the verdicts (1 if a script failed to run).
 
     python benchmarks/cpu_targets.py --threads 2
     python benchmarks/cpu_targets.py --threads 2 --quick   # smoke test (small shapes)
+    python benchmarks/cpu_targets.py --threads 2 --autotune   # + the products' autotune picks
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "of": f"x {c['reference']}",
                     "target": c["target"],
                     "result": c["result"],
-                    "path": c.get("polyops_path", ""),
+                    # The path that ran; under --autotune, the pick of the measured choice.
+                    "path": c.get("polyops_path", "")
+                    + (" (autotune)" if c.get("requested_path") == "autotune" else ""),
                 }
             )
     attention = results.get("attention")
@@ -121,6 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="smoke test: small shapes")
     parser.add_argument("--no-large", action="store_true", help="gemm without 4096x11008x4096")
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="also time each product with POLYOPS_AUTOTUNE's measured path choice (its own "
+        "rows; the path column shows the pick)",
+    )
     add_json_argument(parser, __file__)
     args = parser.parse_args(argv)
     common = ["--threads", str(args.threads)] + (["--quick"] if args.quick else [])
@@ -134,7 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 [str(BENCH / "memory_bound.py"), "--ops", ISSUE_OPS, "--dtypes", "f32,f16,bf16"]
                 + common,
             ),
-            ("gemm", [str(BENCH / "gemm.py")] + common + (["--no-large"] if args.no_large else [])),
+            (
+                "gemm",
+                [str(BENCH / "gemm.py")]
+                + common
+                + (["--no-large"] if args.no_large else [])
+                + (["--paths", "auto,autotune"] if args.autotune else []),
+            ),
             ("attention", [str(BENCH / "attention.py")] + common),
         ]
         for name, command in runs:
@@ -159,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows = _rows(results)
     note = " (quick: not comparable with the targets)" if args.quick else ""
-    print(f"\nissue 13 CPU targets, {args.threads} threads{note}")
+    print(f"\npolyops CPU targets, {args.threads} threads{note}")
     header = f"{'area':<18} {'case':<40} {'measured':>22} {'target':>7}  verdict  path"
     print(header)
     print("-" * len(header))

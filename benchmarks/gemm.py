@@ -28,9 +28,10 @@ the header prints its version and effective ISA), ``bf16-dot`` /
 see docs/cpu_gemm.md).
 
 ``--paths auto,onednn`` times polyops once per value of ``POLYOPS_CPU_GEMM``
-(``auto``, ``onednn``, ``own``, ``openblas``), all interleaved with torch in
-one measurement, so one run shows e.g. the own kernels and oneDNN side by
-side against torch; each gets its own row and ratio.
+(``auto``, ``onednn``, ``own``, ``openblas``, and ``autotune``: auto with the
+measured choice on, whose row shows the path it picked), all interleaved with
+torch in one measurement, so one run shows e.g. the own kernels and oneDNN
+side by side against torch; each gets its own row and ratio.
 
 GFLOP/s = 2 * m * n * k / median seconds per call / 1e9 (the alpha/beta/bias
 terms are not counted); GB/s = bytes of a, b and out / median seconds (what
@@ -84,8 +85,9 @@ ALPHA = 0.5
 BETA = 2.0
 OPS = ("matmul", "gemm", "linear")
 DTYPES: dict[str, torch.dtype] = {"f32": torch.float32, "bf16": torch.bfloat16}
-#: The values of POLYOPS_CPU_GEMM (src/cpu/blas_gemm.cc).
-PATHS = ("auto", "onednn", "own", "openblas")
+#: The values of POLYOPS_CPU_GEMM (src/cpu/blas_gemm.cc), and "autotune": auto with
+#: polyops.autotune(True) (the measured choice, docs/cpu_gemm.md "Autotune").
+PATHS = ("auto", "onednn", "own", "openblas", "autotune")
 REFERENCES = {
     "matmul": "torch.matmul(out=)",
     "gemm": "torch.addmm(out=)",
@@ -136,20 +138,24 @@ class PathTimer(timeit.Timer):
 
 
 class forced_path:  # noqa: N801  (used like a function)
-    """Context manager: ``POLYOPS_CPU_GEMM=path`` inside, the previous value after."""
+    """Context manager: ``POLYOPS_CPU_GEMM=path`` inside (``autotune``: ``auto`` with
+    ``polyops.autotune(True)``), the previous settings after."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __enter__(self) -> None:
         self.saved = os.environ.get("POLYOPS_CPU_GEMM")
-        os.environ["POLYOPS_CPU_GEMM"] = self.path
+        self.saved_autotune = polyops.autotune()
+        os.environ["POLYOPS_CPU_GEMM"] = "auto" if self.path == "autotune" else self.path
+        polyops.autotune(self.path == "autotune")
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is None:
             del os.environ["POLYOPS_CPU_GEMM"]
         else:
             os.environ["POLYOPS_CPU_GEMM"] = self.saved
+        polyops.autotune(self.saved_autotune)
 
 
 def onednn_summary() -> str:

@@ -372,20 +372,9 @@ def test_kernel_non_finite(m, trans_b, dtype, gen, kernel_path):
     )
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 @pytest.mark.skipif(
-    not {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= _cpu_flags(),
-    reason="the own kernels need AVX-512 with AVX512-BF16",
+    polyops._C._cpu_isa() != "avx512" or not polyops._C._cpu_gemm_bf16(),
+    reason="the AVX-512 kernels' paths: needs AVX-512 with AVX512-BF16 (POLYOPS_CPU_ISA applied)",
 )
 def test_kernel_paths_taken(gen, monkeypatch):
     """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md).
@@ -450,9 +439,14 @@ def test_override_values(value, gen, monkeypatch):
     (bfloat16: AVX512-BF16), else on the own kernels (OpenBLAS without AVX-512), and decode
     rows on the own kernels."""
     info = polyops._C._onednn_info()
-    # float32 on oneDNN: AVX-512 CPUs where oneDNN has AVX-512, AVX2 CPUs where it has AVX2.
-    cpu_avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()
-    onednn_f32 = info["available"] and info["isa"].startswith("avx512" if cpu_avx512 else "avx2")
+    # The facts PreferOneDnn (src/cpu/blas_gemm.cc) reads: polyops' ISA (the CPU's,
+    # capped by POLYOPS_CPU_ISA) and oneDNN's (capped by DNNL_MAX_CPU_ISA).
+    # float32 on oneDNN: polyops and oneDNN both at AVX-512, or both at AVX2.
+    isa = polyops._C._cpu_isa()
+    onednn_f32 = info["available"] and (
+        (isa == "avx512" and info["isa"].startswith("avx512"))
+        or (isa == "avx2" and info["isa"].startswith("avx2"))
+    )
     auto = ("onednn",) if onednn_f32 else ("f32-packed", "openblas")
     expected = {"own": ("f32-packed", "openblas"), "openblas": ("openblas",)}
     monkeypatch.setenv("POLYOPS_CPU_GEMM", value)
@@ -469,7 +463,7 @@ def test_override_values(value, gen, monkeypatch):
     # bfloat16 past the decode rows: oneDNN where both polyops and oneDNN see
     # AVX512-BF16 (AMX included), else the own kernels.
     bf16_isas = {"avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx", "avx512_core_amx_fp16"}
-    onednn_bf16 = info["available"] and info["isa"] in bf16_isas and "avx512_bf16" in _cpu_flags()
+    onednn_bf16 = info["available"] and info["isa"] in bf16_isas and polyops._C._cpu_gemm_bf16()
     own_bf16 = ("bf16-packed", "bf16-axpy-avx2", "openblas")
     auto_bf16 = ("onednn",) if onednn_bf16 else own_bf16
     a, b = make_tensor((40, 24), BF16, gen), make_tensor((24, 36), BF16, gen)

@@ -19,7 +19,8 @@ import warnings
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C, _onednn, _torch_library
+from polyops import _C, _autotune, _onednn, _torch_library
+from polyops._autotune import autotune, autotune_info, load_autotune, save_autotune
 
 
 def _major_minor(version: str) -> tuple[str, ...]:
@@ -158,6 +159,7 @@ def torch_ops_registered() -> bool:
 
 
 _apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
+_autotune._apply_environment(os.environ.get("POLYOPS_AUTOTUNE_FILE", ""))
 
 _torch_ops_error: str | None = None
 try:
@@ -175,6 +177,8 @@ __all__ = [
     "add",
     "add_rms_norm",
     "apply_rotary_pos_emb",
+    "autotune",
+    "autotune_info",
     "cache_info",
     "cast",
     "cat",
@@ -186,6 +190,7 @@ __all__ = [
     "flash_attention",
     "implementations",
     "linear",
+    "load_autotune",
     "matmul",
     "mul",
     "operators",
@@ -193,6 +198,7 @@ __all__ = [
     "paged_attention",
     "rms_norm",
     "rotary_embedding",
+    "save_autotune",
     "set_cache_capacity",
     "set_default_implementation",
     "silu_and_mul",

@@ -7,9 +7,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/error.h"
 #include "cpu/avx512_rows.h"
 #include "cpu/convert.h"
+#include "cpu/gemm_autotune.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/onednn.h"
 #include "cpu/parallel.h"
@@ -253,7 +256,81 @@ bool PreferOneDnn(const GemmLayout& l, DataType dtype) {
   return false;
 }
 
+// Runs the product on `path` into `out` and says so, or returns false
+// without touching out when the path does not take this product (oneDNN
+// unavailable or declining, the own kernels not applying).
+template <typename T>
+bool RunPath(autotune::Path path, const char* op, const GemmLayout& l,
+             DataType dtype, float alpha, float beta, const T* a, const T* b,
+             const T* c, T* out) {
+  switch (path) {
+    case autotune::Path::kOneDnn:
+      if (!onednn::Gemm(op, l, dtype, alpha, beta, a, b, c, out)) return false;
+      SetLastGemmPath("onednn");
+      return true;
+    case autotune::Path::kOwn:
+      return KernelGemm(l, dtype, alpha, beta, a, b, c, out);
+    case autotune::Path::kOpenBlas:
+      SetLastGemmPath("openblas");
+      if constexpr (std::is_same_v<T, float>) {
+        RunFloat(l, alpha, beta, a, b, c, out);
+      } else {
+        RunReduced(l, alpha, beta, a, b, c, out);
+      }
+      return true;
+  }
+  return false;
+}
+
+// Elements from the first to the last one a [batch, rows, cols] operand
+// with these strides spans (strides are never negative).
+int64_t Extent(int64_t batch, int64_t rows, int64_t cols, const GemmMatrix& m) {
+  return 1 + (batch - 1) * m.batch_stride + (rows - 1) * m.row_stride +
+         (cols - 1) * m.col_stride;
+}
+
+// Times every path that takes this product, each writing the same scratch
+// output (out's strides, so the own kernels see out's layout), and records
+// the fastest. The caller's out is not touched; inputs are only read.
+template <typename T>
+autotune::Path Measure(const autotune::Key& key, const char* op,
+                       const GemmLayout& l, DataType dtype, float alpha,
+                       float beta, const T* a, const T* b, const T* c) {
+  std::vector<T> scratch(static_cast<size_t>(Extent(l.batch, l.m, l.n, l.out)));
+  autotune::Entry entry{op, key, autotune::Path::kOpenBlas, {}};
+  double best = 0.0;
+  for (autotune::Path path : {autotune::Path::kOneDnn, autotune::Path::kOwn,
+                              autotune::Path::kOpenBlas}) {
+    auto run_once = [&] {
+      const auto start = std::chrono::steady_clock::now();
+      const bool ran =
+          RunPath(path, op, l, dtype, alpha, beta, a, b, c, scratch.data());
+      const std::chrono::duration<double, std::micro> took =
+          std::chrono::steady_clock::now() - start;
+      return ran ? took.count() : -1.0;
+    };
+    // The first run pays for packing, primitive creation and cold caches.
+    const double first = run_once();
+    if (first < 0) continue;
+    // Three more where one takes under 20 ms; the best of them counts.
+    double fastest = run_once();
+    for (int i = 0; i < 2 && fastest < 20000.0; ++i) {
+      fastest = std::min(fastest, run_once());
+    }
+    entry.timings_us.emplace_back(path, fastest);
+    if (entry.timings_us.size() == 1 || fastest < best) {
+      best = fastest;
+      entry.pick = path;
+    }
+  }
+  const autotune::Path pick = entry.pick;
+  autotune::Record(std::move(entry));
+  return pick;
+}
+
 }  // namespace
+
+bool GemmHasAvx512Bf16() { return HasAvx512Bf16(); }
 
 void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
               double beta, const void* a, const void* b, const void* c,
@@ -269,20 +346,31 @@ void BlasGemm(const char* op, const GemmLayout& l, DataType dtype, double alpha,
     const T* tb = static_cast<const T*>(b);
     const T* tc = static_cast<const T*>(c);
     T* tout = static_cast<T*>(out);
+    auto run = [&](autotune::Path path) {
+      return RunPath(path, op, l, dtype, alpha_f, beta_f, ta, tb, tc, tout);
+    };
     if (l.k == 0 || alpha_f == 0.0f) {
       FillScaledC(l, beta_f, tc, tout);
-    } else if ((choice == GemmChoice::kOneDnn ||
-                (choice == GemmChoice::kAuto && PreferOneDnn(l, dtype))) &&
-               onednn::Gemm(op, l, dtype, alpha_f, beta_f, a, b, c, out)) {
-      SetLastGemmPath("onednn");
-    } else if (choice != GemmChoice::kOpenBlas &&
-               KernelGemm(l, dtype, alpha_f, beta_f, a, b, c, out)) {
       return;
-    } else if constexpr (std::is_same_v<T, float>) {
-      RunFloat(l, alpha_f, beta_f, ta, tb, tc, tout);
-    } else {
-      RunReduced(l, alpha_f, beta_f, ta, tb, tc, tout);
     }
+    if (choice == GemmChoice::kAuto && autotune::Enabled()) {
+      const autotune::Key key = autotune::MakeKey(
+          l, dtype, l.has_c && beta_f != 0.0f, alpha_f == 1.0f);
+      const std::optional<autotune::Path> known = autotune::Find(key);
+      const autotune::Path pick =
+          known ? *known
+                : Measure(key, op, l, dtype, alpha_f, beta_f, ta, tb, tc);
+      // A pick loaded from another process may no longer apply (oneDNN
+      // not loadable here): the fixed rules below run instead.
+      if (run(pick)) return;
+    }
+    if ((choice == GemmChoice::kOneDnn ||
+         (choice == GemmChoice::kAuto && PreferOneDnn(l, dtype))) &&
+        run(autotune::Path::kOneDnn)) {
+      return;
+    }
+    if (choice != GemmChoice::kOpenBlas && run(autotune::Path::kOwn)) return;
+    run(autotune::Path::kOpenBlas);
   });
 }
 

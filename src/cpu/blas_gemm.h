@@ -21,6 +21,10 @@ void BlasGemm(const char* op, const GemmLayout& layout, DataType dtype,
               double alpha, double beta, const void* a, const void* b,
               const void* c, void* out);
 
+// Whether the bfloat16 routes see AVX512-BF16: the own kernels' bfloat16
+// variants, and oneDNN past the decode rows (with POLYOPS_CPU_ISA applied).
+bool GemmHasAvx512Bf16();
+
 }  // namespace polyops::cpu
 
 #endif  // POLYOPS_CPU_BLAS_GEMM_H_

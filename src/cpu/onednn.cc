@@ -260,6 +260,12 @@ std::shared_ptr<const Library> Loaded() {
 }
 
 thread_local std::shared_ptr<const Primitive> t_last_primitive;
+thread_local std::string t_declined;
+
+// Why `primitive` cannot run: oneDNN has nothing, or only a reference loop.
+std::string DeclinedReason(const Primitive& primitive) {
+  return primitive.impl.empty() ? "unimplemented" : primitive.impl;
+}
 
 // A CPU stream per thread and library (streams are cheap; one per thread
 // keeps concurrent callers from sharing one).
@@ -515,6 +521,7 @@ void ScaleProduct(const GemmLayout& l, bool transpose, float alpha,
 Info GetInfo() {
   Info info = Loaded()->info;
   if (t_last_primitive) info.last_impl = t_last_primitive->impl;
+  info.declined = t_declined;
   return info;
 }
 
@@ -548,7 +555,15 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
           float beta, const void* a, const void* b, const void* c, void* out) {
   const std::shared_ptr<const Library> library = Loaded();
   const dnnl_data_type_t dt = ToDnnl(dtype);
-  if (!library->info.available || dt == dnnl_data_type_undef) return false;
+  t_declined.clear();
+  if (!library->info.available) {
+    t_declined = "unavailable";
+    return false;
+  }
+  if (dt == dnnl_data_type_undef) {
+    t_declined = "data type";
+    return false;
+  }
   // oneDNN writes dst row-major; a column-major out is computed as its
   // transpose, out^T = b^T a^T.
   const bool transpose = l.out_blas.trans;
@@ -573,6 +588,7 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
     Execute(*library, op, std::move(primitive), src_data, weights_data, out);
     return true;
   }
+  t_declined = DeclinedReason(*primitive);
   if (dtype != DataType::kFloat32 || (alpha == 1.0f && !use_sum)) return false;
   // The post-ops have only oneDNN's reference kernels here (alpha and beta
   // on AVX2 CPUs, oneDNN 3.2), the plain product may not: that into a dense
@@ -582,7 +598,11 @@ bool Gemm(const char* op, const GemmLayout& l, DataType dtype, float alpha,
                      dst.rows * dst.cols, dst.cols, 1};
   primitive =
       Lookup(library, op, dt, ndims, {src, weights, dense}, 1.0f, false, 0.0f);
-  if (primitive->handle == nullptr) return false;
+  if (primitive->handle == nullptr) {
+    t_declined = DeclinedReason(*primitive);
+    return false;
+  }
+  t_declined.clear();
   std::unique_ptr<float[]> product(new float[l.batch * l.m * l.n]);
   Execute(*library, op, std::move(primitive), src_data, weights_data,
           product.get());

@@ -24,6 +24,11 @@ struct Info {
   std::string reason;      // why it is not available
   std::string
       last_impl;  // this thread's last primitive, e.g. "brg:avx512_core"
+  // Why this thread's last Gemm call returned false ("" when it ran the
+  // product): "unavailable", "data type", "unimplemented" or the reference
+  // implementation oneDNN offered (e.g. "ref:any"). Tests derive the path
+  // they expect from it instead of guessing oneDNN's coverage per ISA.
+  std::string declined;
 };
 
 // Loads the library on first use (never throws: a failure is the reason).

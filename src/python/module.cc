@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu/blas_gemm.h"
 #include "cpu/convert.h"
+#include "cpu/gemm_autotune.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/onednn.h"
 #include "python/binding_support.h"
@@ -167,13 +169,64 @@ PYBIND11_MODULE(_C, module) {
   module.def("_set_cache_capacity", &SetCacheCapacity, py::arg("n"));
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
+    cpu::autotune::Clear();
   });
+  // The measured choice of the CPU products' path (cpu/gemm_autotune.h;
+  // python/polyops/_autotune.py is the public face).
+  module.def("_autotune_enabled", &cpu::autotune::Enabled);
+  module.def("_autotune_enable", &cpu::autotune::Enable, py::arg("on"));
+  module.def("_autotune_entries", [] {
+    py::list result;
+    for (const cpu::autotune::Entry& entry : cpu::autotune::Entries()) {
+      py::dict item;
+      item["op"] = entry.op;
+      item["key"] = entry.key;
+      item["dtype"] = DataTypeName(static_cast<DataType>(entry.key.at(0)));
+      item["pick"] = cpu::autotune::PathName(entry.pick);
+      py::dict timings;
+      for (const auto& [path, us] : entry.timings_us) {
+        timings[cpu::autotune::PathName(path)] = us;
+      }
+      item["timings_us"] = timings;
+      result.append(item);
+    }
+    return result;
+  });
+  module.def(
+      "_autotune_record",
+      [](const std::string& op, const std::vector<int64_t>& key,
+         const std::string& pick) {
+        const bool float_dtype =
+            !key.empty() &&
+            (key[0] == static_cast<int64_t>(DataType::kFloat16) ||
+             key[0] == static_cast<int64_t>(DataType::kBFloat16) ||
+             key[0] == static_cast<int64_t>(DataType::kFloat32));
+        if (key.size() != cpu::autotune::kKeySize || !float_dtype) {
+          throw InvalidArgument(detail::Concat(
+              "polyops.load_autotune: key must be ", cpu::autotune::kKeySize,
+              " integers starting with a float16, bfloat16 or float32 code"));
+        }
+        for (auto path :
+             {cpu::autotune::Path::kOneDnn, cpu::autotune::Path::kOwn,
+              cpu::autotune::Path::kOpenBlas}) {
+          if (pick == cpu::autotune::PathName(path)) {
+            cpu::autotune::Record({op, key, path, {}});
+            return;
+          }
+        }
+        throw InvalidArgument(detail::Concat(
+            "polyops.load_autotune: pick must be onednn, own or openblas, "
+            "got '",
+            pick, "'"));
+      },
+      py::arg("op"), py::arg("key"), py::arg("pick"));
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
   module.def("_cpu_gemm_path", [] { return std::string(cpu::LastGemmPath()); });
   // oneDNN, the CPU products' library path (docs/cpu_gemm.md): whether it
-  // is compiled in and loaded, its version, effective ISA and this thread's
-  // last primitive. Loads the library on first use.
+  // is compiled in and loaded, its version, effective ISA, this thread's
+  // last primitive and why it declined this thread's last product, if it did.
+  // Loads the library on first use.
   module.def("_onednn_info", [] {
     const cpu::onednn::Info info = cpu::onednn::GetInfo();
     py::dict result;
@@ -185,6 +238,7 @@ PYBIND11_MODULE(_C, module) {
     result["isa"] = info.isa;
     result["reason"] = info.reason;
     result["last_impl"] = info.last_impl;
+    result["declined"] = info.declined;
     return result;
   });
   // The libdnnl.so.3 to load at the next use ("" = the loader's search
@@ -198,6 +252,9 @@ PYBIND11_MODULE(_C, module) {
                        : cpu::HasAvx2() ? "avx2"
                                         : "baseline");
   });
+  // Whether the CPU products' bfloat16 routes see AVX512-BF16 (the own
+  // bfloat16 kernels; oneDNN past the decode rows), POLYOPS_CPU_ISA applied.
+  module.def("_cpu_gemm_bf16", &cpu::GemmHasAvx512Bf16);
 
   py::list built;
   built.append("cpu");
