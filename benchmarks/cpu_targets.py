@@ -9,8 +9,10 @@ Runs one after another, each in its own process with the same thread count:
   that ran (``--no-large`` skips the last shape);
 * ``attention.py``: flash_attention prefill (B1 T1024 H32 D128 causal, and two more
   shapes) against SDPA, paged_attention decode against gather + SDPA;
-* ``examples/decoder_layer.py --dtype bfloat16`` and ``--dtype float32``: the layer
-  against the same layer in stock torch ops of the same dtype.
+* ``examples/decoder_layer.py --dtype bfloat16`` and ``--dtype float32``: the layer and
+  sampler against the best stock-torch version of the same dtype (causal SDPA per prefill
+  sequence, one batched paged-KV gather + SDPA for decode: the example's ``BASELINE``);
+  the case shows the min-max of the ratio over the example's runs.
 
 Each script measures its two sides interleaved in one process (ratios, not absolute
 times, are what compare on a shared machine); this script reads their JSON and prints
@@ -105,7 +107,8 @@ def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "area": "decoder layer",
-                    "case": f"example, {dtype}",
+                    "case": f"{dtype} vs SDPA+gather torch, "
+                    f"{layer['speedup_min']:.2f}-{layer['speedup_max']:.2f}",
                     "ratio": layer["speedup"],
                     "of": f"x stock torch {dtype}",
                     "target": layer["target"],

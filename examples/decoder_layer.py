@@ -8,14 +8,17 @@ the final logits. The same layer runs in plain torch in float32 from the same we
 accuracy reference): every stage's largest error is printed, and the script exits 1 when
 an error exceeds the dtype's tolerance.
 
-Speed is compared with what a user would run instead: the same layer written with stock
-torch ops (F.rms_norm, F.linear, F.scaled_dot_product_attention, index_copy_ into the same
-paged cache layout, ...) in the same dtype. Each step (prefill, each decode step) is timed
-``--repeats`` times alternating polyops and stock torch, and the medians are summed.
+Speed is compared with what a user would run instead: the same layer and sampler written
+with the best stock torch ops, in the same dtype (``BASELINE``: F.rms_norm, F.linear,
+vectorized RoPE, causal SDPA per prefill sequence, one batched block-table gather and masked
+SDPA for decode, sampling in torch ops). Each phase (prefill, the decode steps, sampling)
+runs ``--repeats`` times alternating polyops and stock torch; the script prints the thread
+count and, per phase and in total, the median and min-max of each side and of their ratio.
 
 The layer is written once against an op namespace: ``polyops`` (the fast functions, the
 default) or ``torch.ops.polyops`` (the torch.library form, which ``torch.compile`` traces;
-``--torch-ops``, plus ``--compile`` to run it through ``torch.compile(fullgraph=True)``).
+``--torch-ops``; ``--compile`` runs both sides, layer and sampler, through
+``torch.compile(fullgraph=True, dynamic=False)``).
 
     python examples/decoder_layer.py --dtype bfloat16
     python examples/decoder_layer.py --torch-ops --compile
@@ -35,10 +38,18 @@ from pathlib import Path
 import torch
 
 import polyops
-from polyops.testing.references import topk_topp_sampling_reference
+from polyops.testing.references import sampling_token_plausible, topk_topp_sampling_reference
 
 #: polyops should be at least this much faster than the stock-torch layer in the same dtype.
 SPEEDUP_TARGET = 1.5
+SIDES = ("polyops", "stock torch")
+#: What the stock-torch side runs (printed with the times, and in the JSON).
+BASELINE = (
+    "F.rms_norm, F.linear, RoPE vectorized over positions, index_copy_ into the paged cache; "
+    "prefill: SDPA(is_causal, enable_gqa) per sequence; decode: one block-table gather for "
+    "the batch + masked SDPA(enable_gqa); top-k/top-p sampling in torch ops"
+)
+TOP_K, TOP_P = 50, 0.9
 
 # Largest error allowed, relative to max(1, max |reference|), per dtype: the layer chains
 # ~10 roundings to the dtype, so this is a few units of its epsilon.
@@ -175,47 +186,69 @@ def torch_layer(x, positions, kv_store, w, args, seq_lens_q, seq_lens_kv, prefil
     return stages["add"], stages
 
 
-def stock_torch_layer(x, positions, cache, w, args, cu_q, cu_kv, block_table):
-    """The layer with stock torch ops in x's dtype, over its own paged cache of the same layout.
+def stock_torch_layer(x, positions, cache, w, args, prefill_lens, seq_lens, block_table):
+    """The layer as a user would write it in stock torch, in x's dtype, over its own paged cache.
 
-    What a user would run without polyops; returns the layer output [T, hidden].
+    The same cache layout as polyops' (key/value [blocks, block_size, kv_heads, head_size],
+    `block_table` int32 [batch, blocks per sequence]). Prefill when `prefill_lens` (each
+    sequence's new tokens, a list of ints; prefill starts at position 0) is given: causal
+    SDPA per sequence over its new keys. Decode otherwise (one token per sequence,
+    `seq_lens` int32 [batch] the lengths including it): one gather of every sequence's
+    blocks and one padded, masked SDPA for the batch. Returns the layer output [T, hidden].
     """
     fn = torch.nn.functional
     d, hq, hkv = args.head_size, args.heads, args.kv_heads
     normed = fn.rms_norm(x, (x.shape[-1],), w.norm1, args.eps)
-    qkv = fn.linear(normed, w.qkv)
-    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-    cos, sin = w.cos_sin[positions].chunk(2, dim=-1)
-
-    def rope(t: torch.Tensor, heads: int) -> torch.Tensor:
-        t = t.reshape(-1, heads, d)
-        a, b = t[..., : d // 2], t[..., d // 2 :]
-        c, s = cos[:, None, :], sin[:, None, :]
-        return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
-    q, k = rope(q, hq), rope(k, hkv)
+    qk, v = fn.linear(normed, w.qkv).split([(hq + hkv) * d, hkv * d], dim=-1)
+    # Rotate q and k in one go: cos / sin indexed by position, one cat for all heads.
+    cos, sin = w.cos_sin[positions, None, :].chunk(2, dim=-1)
+    a, b = qk.view(-1, hq + hkv, d).chunk(2, dim=-1)
+    q, k = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).split([hq, hkv], dim=1)
+    v = v.view(-1, hkv, d)
     key_cache, value_cache, slots = cache
     key_cache.view(-1, hkv, d).index_copy_(0, slots, k)
-    value_cache.view(-1, hkv, d).index_copy_(0, slots, v.reshape(-1, hkv, d))
-    kv_lens = (cu_kv[1:] - cu_kv[:-1]).tolist()
-    q_lens = (cu_q[1:] - cu_q[:-1]).tolist() if cu_q is not None else [1] * len(kv_lens)
-    outputs, start = [], 0
-    for b, (lq, lkv) in enumerate(zip(q_lens, kv_lens, strict=True)):
-        blocks = block_table[b, : -(-lkv // args.block_size)]
-        keys = key_cache[blocks].reshape(-1, hkv, d)[:lkv].transpose(0, 1)
-        values = value_cache[blocks].reshape(-1, hkv, d)[:lkv].transpose(0, 1)
-        qs = q[start : start + lq].transpose(0, 1)
-        mask = None
-        if 1 < lq:  # causal, the queries being the last lq of the lkv positions
-            mask = torch.arange(lkv)[None, :] <= torch.arange(lq)[:, None] + (lkv - lq)
-        attn = fn.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, enable_gqa=True)
-        outputs.append(attn.transpose(0, 1))
-        start += lq
-    o = fn.linear(torch.cat(outputs).reshape(-1, hq * d), w.o)
-    residual = o + x
+    value_cache.view(-1, hkv, d).index_copy_(0, slots, v)
+    if prefill_lens is not None:
+        per_seq = [t.transpose(0, 1).split(prefill_lens, dim=1) for t in (q, k, v)]
+        attn = torch.cat(
+            [
+                fn.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+                for qs, ks, vs in zip(*per_seq, strict=True)
+            ],
+            dim=1,
+        ).transpose(0, 1)
+    else:
+        # The whole table (its width covers the longest sequence): static shapes, no host sync.
+        batch = block_table.shape[0]
+        keys = key_cache[block_table].view(batch, -1, hkv, d).transpose(1, 2)
+        values = value_cache[block_table].view(batch, -1, hkv, d).transpose(1, 2)
+        visible = torch.arange(keys.shape[2]) < seq_lens[:, None]
+        attn = fn.scaled_dot_product_attention(
+            q.unsqueeze(2), keys, values, attn_mask=visible[:, None, None, :], enable_gqa=True
+        )
+    residual = fn.linear(attn.reshape(-1, hq * d), w.o) + x
     y = fn.rms_norm(residual, (residual.shape[-1],), w.norm2, args.eps)
     gate, up = fn.linear(y, w.gate_up).chunk(2, dim=-1)
     return fn.linear(fn.silu(gate) * up, w.down) + residual
+
+
+def polyops_sample(x, w, uniform, ops=polyops):
+    """Logits [batch, vocab] of the final hidden states x [batch, hidden] and the token ids
+    (int64 [batch]) drawn from them at `uniform` (float32 [batch]): top-k 50, top-p 0.9."""
+    logits = ops.linear(x, w.lm_head)
+    return logits, ops.topk_topp_sampling(logits, TOP_K, TOP_P, uniform=uniform)
+
+
+def stock_torch_sample(x, w, uniform):
+    """The same in stock torch ops: the top k, then the top-p prefix, then the inverse CDF at u."""
+    logits = torch.nn.functional.linear(x, w.lm_head)
+    # A stable sort, not topk: tied logits (common in 16-bit) then keep the order by token id.
+    values, indices = (t[:, :TOP_K] for t in logits.float().sort(descending=True, stable=True))
+    cumulative = (values - values[:, :1]).exp().cumsum(-1)
+    kept = (cumulative < TOP_P * cumulative[:, -1:]).sum(-1, keepdim=True) + 1
+    mass = cumulative.gather(-1, kept - 1)
+    chosen = torch.searchsorted(cumulative, uniform[:, None] * mass, right=True)
+    return logits, indices.gather(-1, torch.minimum(chosen, kept - 1)).squeeze(-1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats",
         type=int,
         default=5,
-        help="timed runs of each step per implementation (median; 0: no timing)",
+        help="timed runs of each phase per side (median, min-max; 0: no timing)",
     )
     parser.add_argument(
         "--torch-ops", action="store_true", help="call the ops as torch.ops.polyops.<op>"
@@ -252,14 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="run the layer through torch.compile(fullgraph=True) (implies --torch-ops; "
-        "the polyops time then includes compiling)",
+        help="run both sides (layer and sampler) through torch.compile(fullgraph=True, "
+        "dynamic=False); implies --torch-ops; compiling happens in untimed calls",
     )
     args = parser.parse_args(argv)
     ops = torch.ops.polyops if args.torch_ops or args.compile else polyops
     layer = functools.partial(polyops_layer, ops=ops)
-    if args.compile:
-        layer = torch.compile(layer, fullgraph=True)
+    sample = functools.partial(polyops_sample, ops=ops)
+    stock_layer, stock_sample = stock_torch_layer, stock_torch_sample
+    if args.compile:  # the same settings on both sides; compiling happens in untimed calls
+        compile_ = functools.partial(torch.compile, fullgraph=True, dynamic=False)
+        layer, sample, stock_layer, stock_sample = map(
+            compile_, (layer, sample, stock_layer, stock_sample)
+        )
     dtype = DTYPES[args.dtype]
     g = torch.Generator().manual_seed(args.seed)
     w = Weights(args, dtype, g)
@@ -283,8 +321,19 @@ def main(argv: list[str] | None = None) -> int:
             for p in range(start, start + count)
         ]
 
+    # times[phase][side][r]: the r-th timed run of that phase (decode: all its steps), the
+    # two sides alternating, so that run r of both sides saw about the same machine load.
+    times: dict[str, dict[str, list[float]]] = {}
+
+    def time_both(phase: str, polyops_fn, stock_fn) -> None:
+        runs = times.setdefault(phase, {side: [0.0] * args.repeats for side in SIDES})
+        for r in range(args.repeats):
+            for side, fn in zip(SIDES, (polyops_fn, stock_fn), strict=True):
+                start = time.perf_counter()
+                fn()
+                runs[side][r] += time.perf_counter() - start
+
     errors: dict[str, float] = {}
-    times = {"polyops": 0.0, "stock torch": 0.0}
     x = torch.randn(sum(lengths), args.hidden, generator=g).to(dtype)
     steps = [("prefill", lengths, [0] * batch)] + [
         (f"decode {i + 1}", [1] * batch, [n + i for n in lengths]) for i in range(args.decode_steps)
@@ -309,14 +358,14 @@ def main(argv: list[str] | None = None) -> int:
             layer, x, positions, (key_cache, value_cache, slots), w, args, cu_q, cu_kv, block_table
         )
         stock_step = functools.partial(
-            stock_torch_layer,
+            stock_layer,
             x,
             positions,
             (*stock_cache, slots),
             w,
             args,
-            cu_q,
-            cu_kv,
+            q_lens if name == "prefill" else None,
+            torch.tensor(kv_lens, dtype=torch.int32),
             block_table,
         )
         out, stages = polyops_step()
@@ -326,16 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         errors[f"{name:<9} stock torch output"] = rel_error(stock_out, ref)
         # Every step is idempotent (the caches get the same values in the same slots), so
-        # it can be rerun for timing; the two implementations alternate.
-        samples: dict[str, list[float]] = {"polyops": [], "stock torch": []}
-        for _ in range(args.repeats):
-            for key, fn in (("polyops", polyops_step), ("stock torch", stock_step)):
-                start = time.perf_counter()
-                fn()
-                samples[key].append(time.perf_counter() - start)
-        if args.repeats > 0:
-            for key, values in samples.items():
-                times[key] += statistics.median(values)
+        # it can be rerun for timing.
+        time_both("prefill" if name == "prefill" else "decode", polyops_step, stock_step)
         for stage, value in stages.items():
             key = f"{name:<9} {stage}"
             errors[key] = rel_error(value.reshape(ref_stages[stage].shape), ref_stages[stage])
@@ -343,11 +384,16 @@ def main(argv: list[str] | None = None) -> int:
         last = torch.tensor(q_lens).cumsum(0) - 1
         x = out[last].contiguous()
 
-    logits = ops.linear(x, w.lm_head)
-    errors["final     logits"] = rel_error(logits, x.float() @ w.lm_head.float().T)
     u = torch.rand(batch, generator=g)
-    tokens = ops.topk_topp_sampling(logits, 50, 0.9, uniform=u)
-    expected_tokens = topk_topp_sampling_reference(logits, 50, 0.9, uniform=u)
+    logits, tokens = sample(x, w, u)
+    errors["final     logits"] = rel_error(logits, x.float() @ w.lm_head.float().T)
+    expected_tokens = topk_topp_sampling_reference(logits, TOP_K, TOP_P, uniform=u)
+    stock_logits, stock_tokens = stock_sample(x, w, u)
+    stock_ok = all(
+        sampling_token_plausible(row, TOP_K, TOP_P, ub, int(token))
+        for row, ub, token in zip(stock_logits, u.tolist(), stock_tokens, strict=True)
+    )
+    time_both("sample", lambda: sample(x, w, u), lambda: stock_sample(x, w, u))
 
     tolerance = TOLERANCE[dtype]
     form = "torch.compile(torch.ops.polyops)" if args.compile else f"{ops.__name__}.<op>"
@@ -362,33 +408,73 @@ def main(argv: list[str] | None = None) -> int:
         failed += not ok
         print(f"{key:<30} {error:>14.3e}  {'ok' if ok else 'FAIL'}")
     same = torch.equal(tokens, expected_tokens)
-    failed += not same
+    failed += (not same) + (not stock_ok)
     print(
         f"{'sampled tokens':<30} {tokens.tolist()} vs reference {expected_tokens.tolist()}: "
         f"{'ok' if same else 'FAIL'}"
     )
-    speedup = times["stock torch"] / times["polyops"] if args.repeats > 0 else None
-    if speedup is not None:
-        print(
-            f"time ({args.dtype}, prefill + {args.decode_steps} decode steps, median of "
-            f"{args.repeats} per step): polyops {times['polyops'] * 1e3:.1f} ms, stock torch ops "
-            f"in {args.dtype} {times['stock torch'] * 1e3:.1f} ms: polyops {speedup:.2f}x "
-            f"(target >= {SPEEDUP_TARGET:g}x: {'PASS' if speedup >= SPEEDUP_TARGET else 'MISS'})"
-        )
+    print(
+        f"{'stock torch sampled tokens':<30} {stock_tokens.tolist()}, each a valid draw: "
+        f"{'ok' if stock_ok else 'FAIL'}"
+    )
+    result = {"dtype": args.dtype, "threads": torch.get_num_threads(), "repeats": args.repeats}
+    result |= {"compile": args.compile, "baseline": BASELINE, "target": SPEEDUP_TARGET}
+    result |= {"speedup": None, "result": None}
+    if args.repeats > 0:
+        result |= report_times(times, args)
+    result["errors_ok"] = not failed
     if args.json is not None:
-        result = {
-            "dtype": args.dtype,
-            "threads": torch.get_num_threads(),
-            "polyops_s": times["polyops"],
-            "stock_torch_s": times["stock torch"],
-            "speedup": speedup,
-            "target": SPEEDUP_TARGET,
-            "result": None if speedup is None else "PASS" if speedup >= SPEEDUP_TARGET else "MISS",
-            "errors_ok": not failed,
-        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 1 if failed else 0
+
+
+def report_times(times: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> dict:
+    """Print each phase's and the total's median [min-max] per side and of the ratio, and
+    the verdict; return the JSON fields (seconds; the ratio is stock torch / polyops)."""
+
+    def stats(values: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    def cell(values: list[float], scale: float = 1.0) -> str:
+        return "{median:.2f} [{min:.2f}-{max:.2f}]".format_map(
+            {key: value * scale for key, value in stats(values).items()}
+        )
+
+    total = {
+        side: [sum(run) for run in zip(*(t[side] for t in times.values()), strict=True)]
+        for side in SIDES
+    }
+    ratios = {}
+    print(
+        f"time ({args.dtype}, prefill + {args.decode_steps} decode steps + sampling; "
+        f"threads: {torch.get_num_threads()}, {args.repeats} runs per phase alternating the sides; "
+        "median [min-max]):"
+    )
+    print(f"  baseline: {BASELINE}")
+    print(f"  {'phase':<8} {'polyops ms':>22} {'stock torch ms':>22} {'stock / polyops':>20}")
+    for phase, runs in {**times, "total": total}.items():
+        ratios[phase] = [s / p for p, s in zip(runs["polyops"], runs["stock torch"], strict=True)]
+        print(
+            f"  {phase:<8} {cell(runs['polyops'], 1e3):>22} "
+            f"{cell(runs['stock torch'], 1e3):>22} {cell(ratios[phase]):>20}"
+        )
+    speedup = stats(ratios["total"])
+    verdict = "PASS" if speedup["median"] >= SPEEDUP_TARGET else "MISS"
+    print(
+        f"polyops {speedup['median']:.2f}x stock torch in {args.dtype} "
+        f"({'both sides compiled' if args.compile else 'eager'}; median of {args.repeats} runs, "
+        f"{speedup['min']:.2f}-{speedup['max']:.2f}), target >= {SPEEDUP_TARGET:g}x: {verdict}"
+        + (" (the runs straddle it)" if speedup["min"] < SPEEDUP_TARGET <= speedup["max"] else "")
+    )
+    return {
+        "polyops_s": stats(total["polyops"]),
+        "stock_torch_s": stats(total["stock torch"]),
+        "speedup": speedup["median"],
+        "speedup_min": speedup["min"],
+        "speedup_max": speedup["max"],
+        "result": verdict,
+    }
 
 
 if __name__ == "__main__":
