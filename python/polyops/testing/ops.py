@@ -831,7 +831,20 @@ SAMPLING_FILTERS = {
 
 
 def _sampling_cases(dtype: torch.dtype) -> list[Case]:
-    def case(name, rows, vocab, top_k, top_p, *, layout="contiguous", uniform="random", ties=False):
+    def case(
+        name,
+        rows,
+        vocab,
+        top_k,
+        top_p,
+        *,
+        layout="contiguous",
+        uniform="random",
+        ties=False,
+        out_dtype=None,
+    ):
+        """out_dtype: given, the tokens go to an ``out`` of that dtype."""
+
         def build(inp: Inputs) -> Call:
             if ties:  # integer logits: many exact ties; some masked to -inf
                 logits = torch.randint(-2, 3, (rows, vocab), generator=inp.gen).to(dtype)
@@ -843,13 +856,14 @@ def _sampling_cases(dtype: torch.dtype) -> list[Case]:
             if isinstance(k, torch.dtype):  # per-row tensors
                 k = inp.put(torch.randint(-3, vocab + 20, (rows,), generator=inp.gen).to(k))
                 p = inp.put(torch.rand(rows, generator=inp.gen, dtype=F32).clamp(min=1e-6))
+            outputs = {} if out_dtype is None else {"out": inp.empty((rows,), out_dtype)}
             if uniform == "seed":
-                return Call((inp.put(logits, layout), k, p), {"seed": 1234})
+                return Call((inp.put(logits, layout), k, p), {"seed": 1234}, outputs)
             u = {
                 "random": lambda: torch.rand(rows, generator=inp.gen, dtype=F32),
                 "extremes": lambda: torch.tensor([0.0, ONE_MINUS] * (rows // 2), dtype=F32),
             }[uniform]()
-            return Call((inp.put(logits, layout), k, p), {"uniform": inp.put(u)})
+            return Call((inp.put(logits, layout), k, p), {"uniform": inp.put(u)}, outputs)
 
         return Case(name, build)
 
@@ -862,7 +876,20 @@ def _sampling_cases(dtype: torch.dtype) -> list[Case]:
         case("rows-strided", 6, 130, 8, 0.9, layout="rows"),
         case("seed", 5, 300, 0, 0.95, uniform="seed"),
         case("u-0-and-near-1", 8, 50, 6, 0.7, uniform="extremes"),
+        # int32 token ids, as serving engines and the FlashInfer / ATB samplers keep them.
+        case("int32-out", 12, 257, 20, 0.8, out_dtype=I32),
+        case("int32-out-seed", 5, 300, 0, 0.95, uniform="seed", out_dtype=I32),
+        case("int64-out", 6, 130, 8, 0.9, out_dtype=I64),
     ]
+
+
+def _sampling_results(returned: Any, call: Call) -> tuple:
+    """The tokens to compare with the int64 reference: a case's int32 ``out`` holds the
+    same ids, widened here (a result in another dtype than that ``out`` still fails)."""
+    out = call.outputs.get("out")
+    if out is not None and out.dtype == I32 and returned.dtype == I32:
+        return (returned.to(I64),)
+    return (returned,)
 
 
 def _sampling_rule(results: tuple, *args: Any, **kwargs: Any) -> list[int]:
@@ -984,6 +1011,7 @@ OPS: dict[str, OpInfo] = {
             _sampling_cases,
             ref.topk_topp_sampling_reference,
             EXACT,
+            _sampling_results,
             special_values=True,
             device_rules={"npu": _sampling_rule},
         ),
