@@ -190,10 +190,10 @@ def test_host_copies_must_be_cpu_tensors_and_lengths_are_checked():
 
 def test_int64_lengths_and_block_tables():
     # int64 cu_seqlens, seq_lens, block tables and host mirrors (torch.tensor's default
-    # dtype) give the int32 calls' bits. The lengths are read on the host either way; an
-    # int64 block table goes through aclnnClamp and aclnnCast into the stream's pool
-    # before the attention launch (FIA and IFA take INT32 tables), an int32 one straight
-    # to the API.
+    # dtype) give the int32 calls' bits, through polyops.<op> and torch.ops.polyops.
+    # The lengths are read on the host either way; an int64 block table goes through
+    # aclnnClamp and aclnnCast into the stream's pool before the attention launch (FIA
+    # and IFA take INT32 tables), an int32 one straight to the API.
     result = run_with_setup(
         """
         def launches(calls):
@@ -211,6 +211,9 @@ def test_int64_lengths_and_block_tables():
                     out = polyops.flash_attention(q, k, v, causal=causal, **wide(kw), **extra)
                     flash_launches[f"paged={paged}"] = launches(cann_calls())
                     diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+                out = torch.ops.polyops.flash_attention(
+                    q, k, v, causal=causal, **wide(kw), **wide(host))
+                diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
                 mixed = dict(kw, cu_seqlens_q=wide(kw)["cu_seqlens_q"])
                 mixed_host = dict(host, cu_seqlens_q_host=wide(host)["cu_seqlens_q_host"])
                 out = polyops.flash_attention(q, k, v, causal=causal, **mixed, **mixed_host)
@@ -233,6 +236,10 @@ def test_int64_lengths_and_block_tables():
                                                   **host, implementation_index=slot)
                     paged_launches[f"{slot}-{table_t.dtype}"] = launches(cann_calls())
                     diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+                out = torch.ops.polyops.paged_attention(
+                    *dev, lens_t.to("npu"), table_t.to("npu"), seq_lens_host=lens_t,
+                    block_table_host=table_t, implementation_index=slot)
+                diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
         report({"diffs": diffs, "flash": flash_launches, "paged": paged_launches})
         """
     )

@@ -2,9 +2,8 @@
 // around aclnnApplyTopKTopP (src/ascend/topk_topp_sampling/aclnn.h), one
 // PrepareFn each, tensors in the order of each API's signature. The
 // attention slots use the clamp and the int32 cast for int64 block tables
-// (src/ascend/attention.h). Which of
-// these prototypes were read from CANN headers or docs and which are
-// unverified is listed in docs/ascend.md.
+// (src/ascend/attention.h). Which of these prototypes were read from CANN
+// headers or docs and which are unverified is listed in docs/ascend.md.
 #ifndef POLYOPS_ASCEND_SAMPLING_H_
 #define POLYOPS_ASCEND_SAMPLING_H_
 

@@ -14,15 +14,12 @@
 
 namespace polyops {
 
-inline bool IsIndexDtype(DataType dtype) {
-  return dtype == DataType::kInt32 || dtype == DataType::kInt64;
-}
-
 inline void CheckIndexDtype(const char* op, const char* name,
                             const Tensor& tensor) {
-  POLYOPS_CHECK(IsIndexDtype(tensor.dtype()), "polyops.", op, ": ", name,
-                " must have dtype int32 or int64, got ",
-                DataTypeName(tensor.dtype()));
+  POLYOPS_CHECK(
+      tensor.dtype() == DataType::kInt32 || tensor.dtype() == DataType::kInt64,
+      "polyops.", op, ": ", name, " must have dtype int32 or int64, got ",
+      DataTypeName(tensor.dtype()));
 }
 
 // The first `count` entries of a contiguous int32 or int64 array in host

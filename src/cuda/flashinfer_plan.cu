@@ -51,7 +51,7 @@ __global__ void GatherPagesKernel(const Id* table, int64_t stride,
     const Id id = row[i];
     const bool ok = id >= 0 && id < num_blocks;
     any_bad |= ok ? 0 : 1;
-    // num_blocks <= INT32_MAX + 1 for int64 ids (the slots refuse more).
+    // With int64 ids num_blocks <= INT32_MAX (CheckPageIds): ok ids fit.
     indices[begin + i] = ok ? static_cast<int32_t>(id) : 0;
   }
   any_bad = __syncthreads_or(any_bad);
