@@ -186,3 +186,121 @@ def test_host_copies_must_be_cpu_tensors_and_lengths_are_checked():
     # On a device the host copy is not compared with the device tensor: its values decide.
     assert "sequence 1 has 41 kv tokens, more than its block_table row holds" in kv_too_long
     assert "cu_seqlens_q must end at the number of query tokens 8" in q_wrong_end
+
+
+def test_int64_lengths_and_block_tables():
+    # int64 cu_seqlens, seq_lens, block tables and host mirrors (torch.tensor's default
+    # dtype) give the int32 calls' bits, through polyops.<op> and torch.ops.polyops.
+    # The lengths are read on the host either way; an int64 block table goes through
+    # aclnnClamp and aclnnCast into the stream's pool before the attention launch (FIA
+    # and IFA take INT32 tables), an int32 one straight to the API.
+    result = run_with_setup(
+        """
+        def launches(calls):
+            return [c["function"] for c in calls if c["function"].startswith("aclnn")
+                    and not c["function"].endswith("GetWorkspaceSize")]
+        def wide(tensors):
+            return {name: t.cpu().long().to(t.device) for name, t in tensors.items()}
+        diffs, flash_launches = [], {}
+        for paged in (False, True):
+            for causal in (True, False):
+                cpu, (q, k, v, kw), host = prefill([1, 7, 40], [30, 7, 90], paged)
+                narrow = polyops.flash_attention(q, k, v, causal=causal, **kw, **host)
+                for extra in (wide(host), {}):
+                    clear_cann_calls()
+                    out = polyops.flash_attention(q, k, v, causal=causal, **wide(kw), **extra)
+                    flash_launches[f"paged={paged}"] = launches(cann_calls())
+                    diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+                out = torch.ops.polyops.flash_attention(
+                    q, k, v, causal=causal, **wide(kw), **wide(host))
+                diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+                mixed = dict(kw, cu_seqlens_q=wide(kw)["cu_seqlens_q"])
+                mixed_host = dict(host, cu_seqlens_q_host=wide(host)["cu_seqlens_q_host"])
+                out = polyops.flash_attention(q, k, v, causal=causal, **mixed, **mixed_host)
+                diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+        lens = [5, 0, 77, 16]
+        q = torch.randn(4, 8, 64, generator=gen).half()
+        k, v = (torch.randn(sum(lens), 2, 64, generator=gen).half() for _ in range(2))
+        kc, vc, table = paginate(k, v, lens, 16, gen)
+        seq_lens = torch.tensor(lens, dtype=torch.int32)
+        dev = [t.to("npu") for t in (q, kc, vc)]
+        paged_launches = {}
+        for slot in (0, 1):
+            narrow = polyops.paged_attention(*dev, seq_lens.to("npu"), table.to("npu"),
+                                             seq_lens_host=seq_lens, implementation_index=slot)
+            for lens_t, table_t in ((seq_lens.long(), table.long()),
+                                    (seq_lens.long(), table), (seq_lens, table.long())):
+                for host in (dict(seq_lens_host=lens_t, block_table_host=table_t), {}):
+                    clear_cann_calls()
+                    out = polyops.paged_attention(*dev, lens_t.to("npu"), table_t.to("npu"),
+                                                  **host, implementation_index=slot)
+                    paged_launches[f"{slot}-{table_t.dtype}"] = launches(cann_calls())
+                    diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+                out = torch.ops.polyops.paged_attention(
+                    *dev, lens_t.to("npu"), table_t.to("npu"), seq_lens_host=lens_t,
+                    block_table_host=table_t, implementation_index=slot)
+                diffs.append((out.cpu().float() - narrow.cpu().float()).abs().max().item())
+        report({"diffs": diffs, "flash": flash_launches, "paged": paged_launches})
+        """
+    )
+    assert max(result["diffs"]) == 0, result["diffs"]
+    widened = ["aclnnClamp", "aclnnCast"]
+    assert result["flash"] == {"paged=False": [FIA], "paged=True": [*widened, FIA]}
+    ifa = "aclnnIncreFlashAttentionV4"
+    assert result["paged"] == {
+        "0-torch.int64": [*widened, FIA],
+        "0-torch.int32": [FIA],
+        "1-torch.int64": [*widened, ifa],
+        "1-torch.int32": [ifa],
+    }
+
+
+def test_int64_values_never_wrap():
+    # Lengths are checked on the host as int64: values that would wrap (mod 2**32)
+    # onto valid int32 ones are ValueErrors. A block id no int32 holds is clamped, not
+    # wrapped, so it stays outside the cache and faults like any bad id.
+    result = run_with_setup(
+        """
+        wrap = 2**32
+        cpu, (q, k, v, kw), host = prefill([1, 7], [9, 7])
+        messages, kept = [], []
+        def attempt(fn):
+            # Every npu tensor of the call stays alive until the sync: the test device's
+            # free synchronizes too, and would take the fault before torch.npu.synchronize.
+            try:
+                kept.append(fn())
+                torch.npu.synchronize()
+                messages.append(None)
+            except (ValueError, RuntimeError) as error:
+                messages.append(f"{type(error).__name__}: {error}")
+        wide = {name: t.cpu().long() for name, t in kw.items()}
+        npu = {name: t.to("npu") for name, t in wide.items()}
+        attempt(lambda: polyops.flash_attention(
+            q, k, v, **dict(npu, cu_seqlens_kv=torch.tensor([0, 9 + wrap, 16 + wrap]).to("npu"))))
+        attempt(lambda: polyops.flash_attention(
+            q, k, v, **npu, cu_seqlens_q_host=wide["cu_seqlens_q"],
+            cu_seqlens_kv_host=torch.tensor([0, 9 + wrap, 16 + wrap])))
+        table = wide["block_table"].clone()
+        table[0, 0] += wrap
+        wrapped = dict(npu, block_table=table.to("npu"))
+        attempt(lambda: polyops.flash_attention(
+            q, k, v, **wrapped, cu_seqlens_q_host=wide["cu_seqlens_q"],
+            cu_seqlens_kv_host=wide["cu_seqlens_kv"]))
+        lens = torch.tensor([3, 9 + wrap])
+        qd = torch.randn(2, 4, 64).half().to("npu")
+        attempt(lambda: polyops.paged_attention(
+            qd, k, v, lens.to("npu"), wide["block_table"].to("npu"), seq_lens_host=lens))
+        report(messages)
+        """
+    )
+    kv_too_long, host_too_long, wrapped_id, paged_too_long = result
+    assert f"ValueError: polyops.flash_attention: sequence 0 has {9 + 2**32} kv tokens" in (
+        kv_too_long
+    )
+    assert f"sequence 0 has {9 + 2**32} kv tokens" in host_too_long
+    # The double reports the clamped id (INT32_MAX) as outside the cache at the sync.
+    assert wrapped_id is not None and wrapped_id.startswith("RuntimeError"), wrapped_id
+    assert "2147483647" in wrapped_id, wrapped_id
+    assert f"ValueError: polyops.paged_attention: sequence 1 has {9 + 2**32} kv tokens" in (
+        paged_too_long
+    )

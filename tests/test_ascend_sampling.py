@@ -202,11 +202,12 @@ def test_out_of_range_values_give_defined_tokens_and_seed_is_refused():
             out["seed"] = "no error"
         except Exception as error:
             out["seed"] = type(error).__name__ + ": " + str(error)
-        # torch.ops path and an explicit out tensor.
-        o = torch.empty(6, dtype=torch.int64, device="npu")
-        torch.ops.polyops.topk_topp_sampling(
-            logits.to("npu"), 0, 1.0, uniform=torch.zeros(6, device="npu"), out=o)
-        out["torch.ops"] = o.cpu().tolist()
+        # torch.ops path and an explicit out tensor, int64 and int32.
+        for dtype in (torch.int64, torch.int32):
+            o = torch.empty(6, dtype=dtype, device="npu")
+            torch.ops.polyops.topk_topp_sampling(
+                logits.to("npu"), 0, 1.0, uniform=torch.zeros(6, device="npu"), out=o)
+            out["torch.ops " + str(dtype)] = [str(o.dtype), o.cpu().tolist()]
         report(out)
         """
     )
@@ -215,13 +216,18 @@ def test_out_of_range_values_give_defined_tokens_and_seed_is_refused():
     assert result["seed"].startswith("NotImplementedError")
     assert "seed=" in result["seed"] and "uniform=" in result["seed"]
     assert "npu" in result["seed"]
-    assert result["torch.ops"] == [1] * 6
+    assert result["torch.ops torch.int64"] == ["torch.int64", [1] * 6]
+    assert result["torch.ops torch.int32"] == ["torch.int32", [1] * 6]
 
 
 @pytest.mark.parametrize(
-    "k_kind", ["scalar", "int32", "int64"], ids=["k-scalar", "k-int32", "k-int64"]
+    "k_kind, out_dtype",
+    [("scalar", "int64"), ("int32", "int64"), ("int64", "int64"), ("int64", "int32")],
+    ids=["k-scalar", "k-int32", "k-int64", "k-int64-out-int32"],
 )
-def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
+def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind, out_dtype):
+    # An int32 out (serving engines' token ids) is written by the last Rsubs directly:
+    # the same launches, also in the longest chain (bfloat16 logits, int64 top_k).
     result = run(
         f"""
         k_kind = {k_kind!r}
@@ -240,7 +246,7 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
                 dtype = torch.int32 if k_kind == "int32" else torch.int64
                 k = torch.randint(0, vocab, (rows,), generator=gen, dtype=dtype).to("npu")
                 p = torch.rand(rows, generator=gen).clamp(min=0.1).to("npu")
-            out = torch.empty(rows, dtype=torch.int64, device="npu")
+            out = torch.empty(rows, dtype=torch.{out_dtype}, device="npu")
             return logits, k, p, u, out
         first, second = inputs(1), inputs(2)
         def call(logits, k, p, u, out):
@@ -265,6 +271,7 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
             "hit_setters": sum(c["function"] == "aclSetInputTensorAddr" for c in hit),
             "failures": [c for c in miss + hit if c.get("status", 0) != 0],
             "bad": bad,
+            "out_dtype": str(tokens.dtype),
         }})
         """
     )
@@ -274,6 +281,7 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind):
         expected[at:at] = ["aclnnClamp", "aclnnCast"]
     assert result["failures"] == []
     assert result["bad"] == []
+    assert result["out_dtype"] == "torch." + out_dtype
     assert len(result["miss_phase1"]) == len(expected)
     # Scalar top_k / top_p are uploaded once, on the miss; tensors need no copy at all.
     assert len(result["miss_copies"]) == (2 if k_kind == "scalar" else 0)

@@ -12,7 +12,17 @@ import math
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, FLOAT_DTYPES, dtype_id, parallel_param, slot_params
+from conftest import (
+    BF16,
+    F16,
+    F32,
+    FLOAT_DTYPES,
+    I32,
+    I64,
+    dtype_id,
+    parallel_param,
+    slot_params,
+)
 
 import polyops
 from polyops.testing.references import (
@@ -59,6 +69,8 @@ def make_inputs(q_lens, kv_lens, heads, kv_heads, head_size, dtype, gen):
 FA = "flash_attention"
 PA = "paged_attention"
 DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]
+#: 2**32: an int64 value that wraps (mod 2**32) onto the int32 value it is added to.
+WRAP = 2**32
 
 # (heads, kv_heads, head_size, causal): GQA ratios 1, 3, 4 and 8.
 CONFIGS = [
@@ -246,8 +258,20 @@ def test_flash_attention_bad_arguments(gen):
         torch.zeros(7, 2, 512),
         error=NotImplementedError,
     )
-    raises(r": cu_seqlens_q must have dtype int32, got int64", q, k, v, cu_seqlens_q=cu_q.long())
-    raises(r": cu_seqlens_kv must have dtype int32", q, k, v, cu_seqlens_kv=cu_kv.float())
+    raises(
+        r": cu_seqlens_q must have dtype int32 or int64, got float32",
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_q.float(),
+    )
+    raises(
+        r": cu_seqlens_kv must have dtype int32 or int64, got int16",
+        q,
+        k,
+        v,
+        cu_seqlens_kv=cu_kv.short(),
+    )
     raises(r": cu_seqlens_q must have shape \[B\+1\]", q, k, v, cu_seqlens_q=cu_q[None])
     raises(r": cu_seqlens_kv must have the shape of cu_seqlens_q", q, k, v, cu_seqlens_kv=cu_kv[:2])
     raises(r": cu_seqlens_q must start at 0", q, k, v, cu_seqlens_q=cu_q + 1)
@@ -296,7 +320,13 @@ def test_flash_attention_bad_arguments(gen):
     # Paged.
     k_cache, v_cache, table = paginate(k, v, [3, 4], 2, gen)
     raises(r": key must have shape \[num_blocks, block_size, Hkv, D\]", q, k, v, block_table=table)
-    raises(r": block_table must have dtype int32", q, k_cache, v_cache, block_table=table.long())
+    raises(
+        r": block_table must have dtype int32 or int64, got uint8",
+        q,
+        k_cache,
+        v_cache,
+        block_table=table.to(torch.uint8),
+    )
     raises(
         r": block_table must have shape \[2, max_blocks\]",
         q,
@@ -368,6 +398,98 @@ def test_flash_attention_host_copies_checked(gen):
         r": cu_seqlens_q_host must hold the values of cu_seqlens_q, but cu_seqlens_q_host\[1\] = 4",
         cu_seqlens_q_host=torch.tensor([0, 4, 7], dtype=torch.int32),
     )
+
+
+@pytest.mark.parametrize("slot", slot_params(FA))
+@pytest.mark.parametrize(
+    "paged, host",
+    [(False, False), (False, True), (True, False), (True, True)],
+    ids=["contiguous", "contiguous-host", "paged", "paged-host"],
+)
+def test_flash_attention_int64_indices(paged, host, slot, api, gen):
+    """int64 cu_seqlens, block tables and host mirrors (torch.tensor's default dtype),
+    alone or mixed with int32 ones: the bits of the int32 call, and the reference."""
+    q_lens, kv_lens = [1, 7, 40], [5, 7, 90]
+    q, k, v, cu_q, cu_kv = make_inputs(q_lens, kv_lens, 4, 2, 64, BF16, gen)
+    expected = reference(q, k, v, cu_q, cu_kv)
+    k_in, v_in, table = (*paginate(k, v, kv_lens, 8, gen),) if paged else (k, v, None)
+
+    def call(q_dtype, kv_dtype):
+        """cu_seqlens_q (and its mirror) in q_dtype; cu_seqlens_kv and the table in kv_dtype."""
+        args = dict(cu_seqlens_q=cu_q.to(q_dtype), cu_seqlens_kv=cu_kv.to(kv_dtype))
+        if paged:
+            args["block_table"] = table.to(kv_dtype)
+        if host:
+            args.update(cu_seqlens_q_host=cu_q.to(q_dtype), cu_seqlens_kv_host=cu_kv.to(kv_dtype))
+        return api.flash_attention(q, k_in, v_in, **args, implementation_index=slot)
+
+    narrow = call(I32, I32)
+    assert_attention_close(narrow, expected, BF16)
+    for q_dtype, kv_dtype in [(I64, I64), (I64, I32), (I32, I64)]:
+        assert torch.equal(call(q_dtype, kv_dtype), narrow), (q_dtype, kv_dtype)
+
+
+def test_flash_attention_takes_torch_tensor_lengths(gen):
+    """The first call a torch user writes: lengths from torch.tensor([...]) (int64)."""
+    q, k, v, _, _ = make_inputs([8, 12, 4], [8, 12, 4], 4, 2, 64, F32, gen)
+    lengths = torch.tensor([0, 8, 20, 24])
+    out = polyops.flash_attention(q, k, v, cu_seqlens_q=lengths, cu_seqlens_kv=lengths)
+    assert_attention_close(out, reference(q, k, v, lengths, lengths), F32)
+
+
+def test_flash_attention_int64_values_never_wrap(api, gen):
+    """int64 entries that would wrap (mod 2**32) onto valid int32 ones are ValueErrors
+    naming their full value: every slot checks them as int64."""
+    q, k, v, cu_q, cu_kv = make_inputs([3, 4], [3, 4], 4, 2, 64, F32, gen)
+    k_cache, v_cache, table = paginate(k, v, [3, 4], 2, gen)
+    cu_q, cu_kv, table = cu_q.long(), cu_kv.long(), table.long()
+
+    def raises(match, key, value, **kwargs):
+        args = {"cu_seqlens_q": cu_q, "cu_seqlens_kv": cu_kv, **kwargs}
+        for slot in polyops.implementations(FA, "cpu"):
+            with pytest.raises(ValueError, match=r"polyops\.flash_attention" + match):
+                api.flash_attention(q, key, value, **args, implementation_index=slot)
+
+    raises(
+        rf": cu_seqlens_kv must be non-decreasing, got cu_seqlens_kv\[2\] = 7 < "
+        rf"cu_seqlens_kv\[1\] = {3 + WRAP}",
+        k,
+        v,
+        cu_seqlens_kv=torch.tensor([0, 3 + WRAP, 7]),
+    )
+    raises(
+        rf": cu_seqlens_q must end at the number of query tokens 7, got cu_seqlens_q\[2\] = "
+        rf"{7 + WRAP}",
+        k,
+        v,
+        cu_seqlens_q=torch.tensor([0, 3, 7 + WRAP]),
+    )
+    raises(
+        rf": sequence 0 has {3 + WRAP} kv tokens, more than its block_table row holds",
+        k_cache,
+        v_cache,
+        block_table=table,
+        cu_seqlens_kv=torch.tensor([0, 3 + WRAP, 7 + WRAP]),
+    )
+    wrapped = table.clone()
+    wrapped[1, 0] += WRAP
+    raises(
+        rf": block_table\[1\]\[0\] = {wrapped[1, 0].item()} is not a block of the cache",
+        k_cache,
+        v_cache,
+        block_table=wrapped,
+    )
+    raises(
+        rf": cu_seqlens_kv_host must hold the values of cu_seqlens_kv, but "
+        rf"cu_seqlens_kv_host\[1\] = {3 + WRAP}",
+        k,
+        v,
+        cu_seqlens_kv_host=torch.tensor([0, 3 + WRAP, 7]),
+    )
+    with pytest.raises(ValueError, match=r"cu_seqlens_q_host must have the dtype of cu_seqlens_q"):
+        api.flash_attention(
+            q, k, v, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, cu_seqlens_q_host=cu_q.int()
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -495,9 +617,23 @@ def test_paged_attention_bad_arguments(gen):
         lens,
         table,
     )
-    raises(r": seq_lens must have dtype int32, got int64", q, k_cache, v_cache, lens.long(), table)
+    raises(
+        r": seq_lens must have dtype int32 or int64, got float32",
+        q,
+        k_cache,
+        v_cache,
+        lens.float(),
+        table,
+    )
     raises(r": seq_lens must have shape \[2\]", q, k_cache, v_cache, lens[:1], table)
-    raises(r": block_table must have dtype int32", q, k_cache, v_cache, lens, table.long())
+    raises(
+        r": block_table must have dtype int32 or int64, got int16",
+        q,
+        k_cache,
+        v_cache,
+        lens,
+        table.short(),
+    )
     raises(r": block_table must have shape \[2, max_blocks\]", q, k_cache, v_cache, lens, table[0])
     raises(
         r": seq_lens_host must have the dtype of seq_lens",
@@ -578,3 +714,64 @@ def test_paged_attention_bad_arguments(gen):
     raises(r": block_table\[0\]\[0\] = -3 is not a block", q, k_cache, v_cache, lens, wrong)
     with pytest.raises(TypeError):
         pa(q, k_cache, v_cache, lens, table, 0.1)  # scale is keyword-only
+
+
+@pytest.mark.parametrize("slot", slot_params(PA))
+@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+def test_paged_attention_int64_indices(host, slot, api, gen):
+    """int64 seq_lens, block tables and host mirrors (torch.tensor's default dtype),
+    alone or mixed with int32 ones: the bits of the int32 call, and the reference."""
+    q, k_cache, v_cache, lens, table, expected = decode_inputs(
+        [5, 0, 77, 300], 8, 2, 64, 16, BF16, gen
+    )
+
+    def call(lens_dtype, table_dtype):
+        lens_t, table_t = lens.to(lens_dtype), table.to(table_dtype)
+        kwargs = dict(seq_lens_host=lens_t, block_table_host=table_t) if host else {}
+        return api.paged_attention(
+            q, k_cache, v_cache, lens_t, table_t, **kwargs, implementation_index=slot
+        )
+
+    narrow = call(I32, I32)
+    assert_attention_close(narrow, expected, BF16)
+    for dtypes in [(I64, I64), (I64, I32), (I32, I64)]:
+        assert torch.equal(call(*dtypes), narrow), dtypes
+
+
+def test_paged_attention_int64_values_never_wrap(api, gen):
+    """int64 lengths and block ids that would wrap (mod 2**32) onto valid int32 ones,
+    on the device tensors or the host mirrors, are ValueErrors naming their value."""
+    q, k_cache, v_cache, lens, table, _ = decode_inputs([3, 9], 4, 2, 64, 4, F32, gen)
+    lens, table = lens.long(), table.long()
+    wrapped = table.clone()
+    wrapped[1, 2] += WRAP
+
+    def raises(match, seq_lens, block_table, **kwargs):
+        for slot in polyops.implementations(PA, "cpu"):
+            with pytest.raises(ValueError, match=r"polyops\.paged_attention" + match):
+                api.paged_attention(
+                    q, k_cache, v_cache, seq_lens, block_table, **kwargs, implementation_index=slot
+                )
+
+    long_lens = torch.tensor([3, 9 + WRAP])
+    raises(rf": sequence 1 has {9 + WRAP} kv tokens, more than its", long_lens, table)
+    raises(rf": seq_lens\[0\] must be >= 0, got {3 - WRAP}", torch.tensor([3 - WRAP, 9]), table)
+    raises(
+        rf": block_table\[1\]\[2\] = {wrapped[1, 2].item()} is not a block of the cache",
+        lens,
+        wrapped,
+    )
+    raises(
+        rf": sequence 1 has {9 + WRAP} kv tokens",
+        lens,
+        table,
+        seq_lens_host=long_lens,
+        block_table_host=table,
+    )
+    raises(
+        r": block_table_host\[1\]\[2\] = ",
+        lens,
+        table,
+        seq_lens_host=lens,
+        block_table_host=wrapped,
+    )

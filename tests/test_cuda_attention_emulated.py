@@ -201,6 +201,31 @@ def test_emulated_attention_kernel_paths(dtype, emulator, tmp_path):
     expected[0] = float("nan")
     runs.append(("paged-block-id-outside-cache", "paged_attention", call, expected))
 
+    # int64 indices the kernel reads at their width: values that would wrap (mod 2**32)
+    # onto valid int32 ones stay out of range, so only their sequence gets NaN rows.
+    wrap = 2**32
+    call = _flash_call(gen, dtype, [3, 4], [8, 6], 2, 1, 64, paged=4)
+    expected = ref.flash_attention_reference(*call.args, **call.kwargs)
+    call.kwargs["cu_seqlens_q"] = call.kwargs["cu_seqlens_q"].long()
+    call.kwargs["cu_seqlens_kv"] = torch.tensor([0, 8 + wrap, 14 + wrap])
+    call.kwargs["block_table"] = call.kwargs["block_table"].long()
+    expected[:3] = float("nan")
+    runs.append(("flash-int64-kv-len-past-int32", "flash_attention", call, expected))
+    call = _flash_call(gen, dtype, [3, 4], [8, 6], 2, 1, 64, paged=4)
+    expected = ref.flash_attention_reference(*call.args, **call.kwargs)
+    call.kwargs["block_table"] = call.kwargs["block_table"].long()
+    call.kwargs["block_table"][1, 0] += wrap
+    expected[3:7] = float("nan")
+    runs.append(("flash-int64-block-id-past-int32", "flash_attention", call, expected))
+    call = _paged_call(gen, dtype, [9, 20, 5], 4, 2, 64, 8)
+    expected = ref.paged_attention_reference(*call.args)
+    lens, table = call.args[3].long(), call.args[4].long()
+    lens[1] += wrap
+    table[2, 0] += wrap
+    call = Call((*call.args[:3], lens, table), call.kwargs)
+    expected[[1, 2]] = float("nan")
+    runs.append(("paged-int64-past-int32", "paged_attention", call, expected))
+
     failures = []
     tol = OPS["flash_attention"].tolerance(dtype)
     for number, (name, op, call, expected) in enumerate(runs):
@@ -223,3 +248,28 @@ def test_emulated_attention_kernel_paths(dtype, emulator, tmp_path):
         if not outcome.ok:
             failures.append(f"{name}: {outcome.message}")
     assert not failures, "\n".join(failures)
+
+
+def test_emulated_flash_refuses_int64_lengths_past_its_int32_keys(emulator, tmp_path):
+    """With int64 cu_seqlens_kv a sequence may hold more keys than the kernel's int
+    ranges count: the constructor refuses (NotImplementedError), it never truncates.
+    The kv tensors are stride-0 views, so nothing that large is allocated."""
+    gen = torch.Generator().manual_seed(9)
+    q = make_tensor((2, 2, 64), torch.float16, gen)
+    count = 2**31 + 4
+    kv = torch.zeros(64, dtype=torch.float16).as_strided((count, 1, 64), (0, 0, 1))
+    call = Call(
+        (q, kv, kv),
+        dict(cu_seqlens_q=torch.tensor([0, 2]), cu_seqlens_kv=torch.tensor([0, count])),
+    )
+    with pytest.raises(RuntimeError, match=r"does not support an int64 cu_seqlens_kv with"):
+        run_slot(
+            emulator,
+            tmp_path / "contiguous",
+            "flash_attention",
+            SLOT,
+            PARAMS["flash_attention"],
+            call,
+            {"out": (q.shape, q.dtype)},
+            lambda given: [given["out"]],
+        )

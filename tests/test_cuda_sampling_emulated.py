@@ -53,10 +53,13 @@ def emulated_kernel(tmp_path_factory) -> Path:
     return binary
 
 
-def run_kernel(binary: Path, rows: np.ndarray, ks, ps, us, grid: int) -> list[int]:
-    """The emulated kernel's token per row (rows: float32 [B, V])."""
+def run_kernel(
+    binary: Path, rows: np.ndarray, ks, ps, us, grid: int, out_bits: int = 64
+) -> list[int]:
+    """The emulated kernel's token per row (rows: float32 [B, V]), written to an
+    int64 (out_bits 64) or int32 (32) out."""
     batch, vocab = rows.shape
-    lines = [f"{batch} {vocab} {grid}"]
+    lines = [f"{batch} {vocab} {grid} {out_bits}"]
     for b in range(batch):
         p_bits = int(np.float32(ps[b]).view(np.uint32))
         u_bits = int(np.float32(us[b]).view(np.uint32))
@@ -103,15 +106,22 @@ def hard_rows(batch: int, vocab: int, rng: np.random.Generator) -> np.ndarray:
 SHAPES = [(1, 6, 2), (37, 12, 5), (700, 12, 3), (5000, 6, 2)]
 
 
-@pytest.mark.parametrize("vocab,batch,grid", SHAPES, ids=[f"V{s[0]}" for s in SHAPES])
-def test_emulated_kernel_matches_reference(emulated_kernel, vocab, batch, grid):
+# The int32 out (serving engines' token ids) on one shape: the store is the
+# only difference.
+CASES = [(*shape, 64) for shape in SHAPES] + [(*SHAPES[1], 32)]
+
+
+@pytest.mark.parametrize(
+    "vocab,batch,grid,out_bits", CASES, ids=[f"V{c[0]}-int{c[3]}" for c in CASES]
+)
+def test_emulated_kernel_matches_reference(emulated_kernel, vocab, batch, grid, out_bits):
     rng = np.random.default_rng(vocab)
     rows = hard_rows(batch, vocab, rng)
     ks = [int(rng.choice([0, 1, 3, 17, vocab - 1, vocab, -2, 2 * vocab])) for _ in range(batch)]
     ps = [float(rng.choice([1.0, 0.9, 0.3, 1e-30])) for _ in range(batch)]
     us = [float(np.float32(rng.random())) for _ in range(batch)]
     us[0] = 1.0 - 2.0**-24  # t rounds up to C_P
-    got = run_kernel(emulated_kernel, rows, ks, ps, us, grid)
+    got = run_kernel(emulated_kernel, rows, ks, ps, us, grid, out_bits)
     want = [
         sampling_reference_row(torch.from_numpy(rows[b].copy()), ks[b], ps[b], us[b])
         for b in range(batch)
@@ -119,12 +129,13 @@ def test_emulated_kernel_matches_reference(emulated_kernel, vocab, batch, grid):
     assert got == want
 
 
-def test_emulated_kernel_marks_out_of_range_rows(emulated_kernel):
+@pytest.mark.parametrize("out_bits", [64, 32])
+def test_emulated_kernel_marks_out_of_range_rows(emulated_kernel, out_bits):
     rng = np.random.default_rng(7)
     rows = hard_rows(4, 50, rng)
     ks, ps = [0, 5, 0, 3], [0.9, 1.0, 0.0, 0.5]
     us = [0.25, 1.0, 0.5, math.nan]
-    got = run_kernel(emulated_kernel, rows, ks, ps, us, grid=2)
+    got = run_kernel(emulated_kernel, rows, ks, ps, us, grid=2, out_bits=out_bits)
     first = sampling_reference_row(torch.from_numpy(rows[0].copy()), ks[0], ps[0], us[0])
     assert got == [first, -1, -1, -1]
 

@@ -217,6 +217,38 @@ def test_strided_rows_and_out(slot, gen):
 
 
 @pytest.mark.parametrize("slot", SLOTS)
+@pytest.mark.parametrize("draw", ["uniform", "seed"])
+def test_int32_out(draw, slot, api, gen):
+    """int32 token ids, as serving engines and the FlashInfer / ATB samplers keep them:
+    the same ids as the int64 reference; an omitted out stays int64."""
+    rows = 12
+    logits = make_logits(rows, 300, F16, gen)
+    source = {"uniform": make_uniform(rows, gen)} if draw == "uniform" else {"seed": 77}
+    k = torch.randint(-2, 320, (rows,), generator=gen, dtype=I32)
+    expected = reference(logits, k, 0.8, **source)
+    out = torch.full((rows,), -7, dtype=I32)
+    returned = api.topk_topp_sampling(logits, k, 0.8, **source, out=out, implementation_index=slot)
+    # The .out overload of torch.ops.polyops writes and returns nothing (docs/torch.md).
+    assert returned is (out if api is polyops else None)
+    assert out.dtype == I32 and torch.equal(out.long(), expected)
+    default = api.topk_topp_sampling(logits, k, 0.8, **source, implementation_index=slot)
+    assert default.dtype == I64 and torch.equal(default, expected)
+
+
+def test_int32_out_opcheck(gen):
+    """torch.library's checks (schema, aliasing, fake tensors) on the .out overloads with
+    an int32 out."""
+    logits, u = make_logits(3, 20, F32, gen), make_uniform(3, gen)
+    k, p = torch.tensor([5, 0, 20]), torch.tensor([0.9, 1.0, 0.5])
+    for overload, top_k, top_p in [("out", k, p), ("Scalar_Scalar_out", 5, 0.9)]:
+        kwargs = {"uniform": u, "out": torch.empty(3, dtype=I32)}
+        result = torch.library.opcheck(
+            getattr(torch.ops.polyops.topk_topp_sampling, overload), (logits, top_k, top_p), kwargs
+        )
+        assert set(result.values()) == {"SUCCESS"}, (overload, result)
+
+
+@pytest.mark.parametrize("slot", SLOTS)
 @pytest.mark.parametrize(
     "shape", [pytest.param((3, 5000), id="3x5000"), parallel_param((48, 2048), id="48x2048")]
 )
@@ -325,7 +357,9 @@ def _call(logits=None, top_k=5, top_p=0.9, **kwargs):
         ({"uniform": torch.zeros(5)}, r"uniform must have shape \[4\]"),
         ({"uniform": torch.zeros(4, dtype=F64)}, r"uniform must have dtype float32"),
         ({"uniform": torch.zeros(4), "seed": 3}, r"pass exactly one of uniform= .* got both"),
-        ({"out": torch.zeros(4, dtype=I32)}, r"out must have dtype int64"),
+        ({"out": torch.zeros(4, dtype=torch.int16)}, r"out must have dtype int64 or int32, got"),
+        ({"out": torch.zeros(4)}, r"out must have dtype int64 or int32, got float32"),
+        ({"out": torch.zeros(8, dtype=I32)[::2]}, r"out must be contiguous"),
         ({"out": torch.zeros(4, 1, dtype=I64)}, r"out must have shape \[4\]"),
         ({"out": torch.zeros(8, dtype=I64)[::2]}, r"out must be contiguous"),
         ({"logits": torch.zeros(16)}, r"logits must have shape \[B, V\]"),

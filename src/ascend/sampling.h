@@ -1,8 +1,9 @@
 // Phase 1 of the aclnn APIs that topk_topp_sampling's Ascend slot chains
 // around aclnnApplyTopKTopP (src/ascend/topk_topp_sampling/aclnn.h), one
-// PrepareFn each, tensors in the order of each API's signature. Which of
-// these prototypes were read from CANN headers or docs and which are
-// unverified is listed in docs/ascend.md.
+// PrepareFn each, tensors in the order of each API's signature. The
+// attention slots use the clamp and the int32 cast for int64 block tables
+// (src/ascend/attention.h). Which of these prototypes were read from CANN
+// headers or docs and which are unverified is listed in docs/ascend.md.
 #ifndef POLYOPS_ASCEND_SAMPLING_H_
 #define POLYOPS_ASCEND_SAMPLING_H_
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/index_tensors.h"
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/instance_cache.h"
@@ -12,13 +13,15 @@
 namespace polyops {
 
 // Checks cu_seqlens values once they are on the host (data, so at call
-// time, by every backend that reads them): both start at 0 and never
-// decrease, cu_seqlens_q ends at total_q and, unless total_kv < 0 (paged),
-// cu_seqlens_kv at total_kv. ValueError otherwise.
-inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
+// time, by every backend that reads them), widened to int64 from either
+// index dtype: both start at 0 and never decrease, cu_seqlens_q ends at
+// total_q and, unless total_kv < 0 (paged), cu_seqlens_kv at total_kv.
+// ValueError otherwise. Every entry then lies in [0, total_q] (q) or
+// [0, total_kv] (unpaged kv), so no later difference can overflow.
+inline void CheckCuSeqlens(const int64_t* cu_q, const int64_t* cu_kv,
                            int64_t batch, int64_t total_q, int64_t total_kv) {
   constexpr const char* kOp = "flash_attention";
-  const int32_t* cus[2] = {cu_q, cu_kv};
+  const int64_t* cus[2] = {cu_q, cu_kv};
   const char* names[2] = {"cu_seqlens_q", "cu_seqlens_kv"};
   for (int k = 0; k < 2; ++k) {
     POLYOPS_CHECK(cus[k][0] == 0, "polyops.", kOp, ": ", names[k],
@@ -56,14 +59,16 @@ inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
 //           block_size] at offset j % block_size. Hq % Hkv == 0 (query head
 //           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256
 //           (NotImplementedError above).
-//   cu_seqlens_q, cu_seqlens_kv: int32 [B+1], contiguous, starting at 0 and
-//           non-decreasing; the last entry of cu_seqlens_q is Tq and, without
-//           block_table, the last entry of cu_seqlens_kv is Tkv. With
-//           block_table cu_seqlens_kv only gives the lengths kv_len[b] =
-//           cu_seqlens_kv[b+1] - cu_seqlens_kv[b], which must fit the
-//           table (kv_len[b] <= max_blocks * block_size).
-//   block_table: int32 [B, max_blocks], last dim contiguous; the blocks a
-//           sequence uses must be in [0, num_blocks).
+//   cu_seqlens_q, cu_seqlens_kv: int32 or int64 (each its own) [B+1],
+//           contiguous, starting at 0 and non-decreasing; the last entry of
+//           cu_seqlens_q is Tq and, without block_table, the last entry of
+//           cu_seqlens_kv is Tkv. With block_table cu_seqlens_kv only gives
+//           the lengths kv_len[b] = cu_seqlens_kv[b+1] - cu_seqlens_kv[b],
+//           which must fit the table (kv_len[b] <= max_blocks *
+//           block_size). Values are checked as int64 whatever the dtype,
+//           never wrapped to 32 bits.
+//   block_table: int32 or int64 [B, max_blocks], last dim contiguous; the
+//           blocks a sequence uses must be in [0, num_blocks).
 //   scale:  finite; default 1 / sqrt(D).
 //   causal: aligned to the END of each kv sequence (the vLLM /
 //           FlashAttention convention, so a query chunk continuing a cached
@@ -74,12 +79,13 @@ inline void CheckCuSeqlens(const int32_t* cu_q, const int32_t* cu_kv,
 //           unbounded. sliding_window=W (>= 1) is the same as (W - 1, 0);
 //           giving both spellings with different windows is a ValueError.
 //   cu_seqlens_q_host, cu_seqlens_kv_host: optional copies of cu_seqlens_q
-//           and cu_seqlens_kv in host (CPU) memory, same shape and dtype
-//           (ValueError otherwise), as paged_attention's seq_lens_host. The
-//           lengths size the work; an accelerator whose attention kernel
-//           takes them as host arrays (Ascend's FusedInferAttentionScore)
-//           would otherwise need a blocking device-to-host copy, which
-//           stalls the stream and cannot be captured in a device graph.
+//           and cu_seqlens_kv in host (CPU) memory, same shape and dtype as
+//           the tensor they mirror (ValueError otherwise), as
+//           paged_attention's seq_lens_host. The lengths size the work; an
+//           accelerator whose attention kernel takes them as host arrays
+//           (Ascend's FusedInferAttentionScore) would otherwise need a
+//           blocking device-to-host copy, which stalls the stream and
+//           cannot be captured in a device graph.
 //           They must hold the same values as the device tensors: on CPU
 //           that is checked (ValueError), on a device it cannot be without
 //           the very copy they avoid, so a mismatch there is not detected
@@ -157,9 +163,7 @@ class FlashAttention : public OperatorBase {
     }
     for (auto [name, tensor] : {std::pair{"cu_seqlens_q", &cu_seqlens_q},
                                 std::pair{"cu_seqlens_kv", &cu_seqlens_kv}}) {
-      POLYOPS_CHECK(tensor->dtype() == DataType::kInt32, "polyops.", kName,
-                    ": ", name, " must have dtype int32, got ",
-                    DataTypeName(tensor->dtype()));
+      CheckIndexDtype(kName, name, *tensor);
       POLYOPS_CHECK(tensor->ndim() == 1 && tensor->size(0) >= 1, "polyops.",
                     kName, ": ", name, " must have shape [B+1], got ",
                     tensor->ShapeString());
@@ -180,10 +184,7 @@ class FlashAttention : public OperatorBase {
     batch_ = cu_seqlens_q.size(0) - 1;
     if (paged_) {
       const Tensor& table = *block_table;
-      POLYOPS_CHECK(table.dtype() == DataType::kInt32,
-                    "polyops.flash_attention: block_table must have dtype "
-                    "int32, got ",
-                    DataTypeName(table.dtype()));
+      CheckIndexDtype(kName, "block_table", table);
       POLYOPS_CHECK(table.ndim() == 2 && table.size(0) == batch_,
                     "polyops.flash_attention: block_table must have shape [",
                     batch_, ", max_blocks] (B from cu_seqlens_q), got ",

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/index_tensors.h"
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/instance_cache.h"
@@ -24,23 +25,26 @@ namespace polyops {
 //           block_size] at offset j % block_size. Hq % Hkv == 0 (query head
 //           h reads kv head h // (Hq / Hkv)); 1 <= D <= 256
 //           (NotImplementedError above).
-//   seq_lens: int32 [B], contiguous; 0 <= seq_lens[b] <= max_blocks *
-//           block_size (ValueError otherwise). A sequence of length 0 gets
-//           zeros.
-//   block_table: int32 [B, max_blocks], last dim contiguous; the blocks a
-//           sequence uses must be in [0, num_blocks) (ValueError otherwise).
+//   seq_lens: int32 or int64 [B], contiguous; 0 <= seq_lens[b] <=
+//           max_blocks * block_size (ValueError otherwise). A sequence of
+//           length 0 gets zeros.
+//   block_table: int32 or int64 [B, max_blocks], last dim contiguous; the
+//           blocks a sequence uses must be in [0, num_blocks) (ValueError
+//           otherwise). Lengths and block ids are checked as int64 whatever
+//           the dtype, never wrapped to 32 bits.
 //   scale:  finite; default 1 / sqrt(D).
 //   seq_lens_host, block_table_host: optional copies of seq_lens and
-//           block_table in host (CPU) memory, same shape and dtype. The
-//           lengths and block ids decide how much work each sequence gets;
-//           an accelerator implementation that had to read them from device
-//           memory would need a blocking device-to-host copy, which stalls
-//           the stream and makes the op impossible to capture in a device
-//           graph (CUDA graphs, ACL graphs). Serving engines keep these
-//           copies on the host anyway, so passing them lets the kernel be
-//           sized without touching the device. They must hold the same
-//           values as the device tensors (not checked). On CPU they are
-//           simply read instead of seq_lens / block_table.
+//           block_table in host (CPU) memory, same shape and dtype as the
+//           tensor they mirror. The lengths and block ids decide how much
+//           work each sequence gets; an accelerator implementation that had
+//           to read them from device memory would need a blocking
+//           device-to-host copy, which stalls the stream and makes the op
+//           impossible to capture in a device graph (CUDA graphs, ACL
+//           graphs). Serving engines keep these copies on the host anyway,
+//           so passing them lets the kernel be sized without touching the
+//           device. They must hold the same values as the device tensors
+//           (not checked). On CPU they are simply read instead of seq_lens
+//           / block_table.
 //   out:    [B, Hq, D], query's dtype, last dim contiguous; allocated
 //           contiguous when omitted.
 // query, the caches and out may have any strides in their leading dims; the
@@ -108,18 +112,12 @@ class PagedAttention : public OperatorBase {
           std::pair{"value_cache", &value_cache}, std::pair{"out", &output}}) {
       CheckLastDimContiguous(kName, name, *tensor);
     }
-    POLYOPS_CHECK(seq_lens.dtype() == DataType::kInt32,
-                  "polyops.paged_attention: seq_lens must have dtype int32, "
-                  "got ",
-                  DataTypeName(seq_lens.dtype()));
+    CheckIndexDtype(kName, "seq_lens", seq_lens);
     POLYOPS_CHECK(seq_lens.ndim() == 1 && seq_lens.size(0) == batch_,
                   "polyops.paged_attention: seq_lens must have shape [", batch_,
                   "] (B from query), got ", seq_lens.ShapeString());
     CheckContiguous(kName, "seq_lens", seq_lens);
-    POLYOPS_CHECK(block_table.dtype() == DataType::kInt32,
-                  "polyops.paged_attention: block_table must have dtype "
-                  "int32, got ",
-                  DataTypeName(block_table.dtype()));
+    CheckIndexDtype(kName, "block_table", block_table);
     POLYOPS_CHECK(block_table.ndim() == 2 && block_table.size(0) == batch_,
                   "polyops.paged_attention: block_table must have shape [",
                   batch_, ", max_blocks] (B from query), got ",

@@ -43,7 +43,9 @@ namespace polyops {
 //   seed:    an int; when given (and uniform is not), row b uses
 //            u = SplitMix64Uniform(seed, b) (below). Exactly one of uniform
 //            and seed must be given: polyops has no hidden global generator.
-//   out:     int64 [B], contiguous; allocated when omitted.
+//   out:     int64 or int32 [B], contiguous (int32 as serving engines and
+//            the FlashInfer and ATB samplers keep token ids; V <= INT32_MAX,
+//            so every id fits); allocated int64 when omitted.
 //
 // Algorithm, per row, all arithmetic in IEEE float32 with round to nearest
 // even and no fused multiply-add:
@@ -151,9 +153,12 @@ class TopkToppSampling : public OperatorBase {
       CheckPerRow("uniform", *uniform);
     }
 
-    POLYOPS_CHECK(output.dtype() == DataType::kInt64,
-                  "polyops.topk_topp_sampling: out must have dtype int64, got ",
+    POLYOPS_CHECK(output.dtype() == DataType::kInt64 ||
+                      output.dtype() == DataType::kInt32,
+                  "polyops.topk_topp_sampling: out must have dtype int64 or "
+                  "int32, got ",
                   DataTypeName(output.dtype()));
+    out_dtype_ = output.dtype();
     CheckPerRow("out", output);
     CheckContiguous(kName, "out", output);
   }
@@ -189,6 +194,7 @@ class TopkToppSampling : public OperatorBase {
   int64_t vocab_ = 0;
   int64_t row_stride_ = 0;
   DataType dtype_ = DataType::kFloat32;
+  DataType out_dtype_ = DataType::kInt64;  // int64 or int32
   // The scalar forms, normalized; unused when the argument is a tensor.
   int64_t top_k_ = 0;  // in [1, V]
   float top_p_ = 1.0f;

@@ -28,7 +28,7 @@ struct AttentionSequence {
   int64_t q_len = 0;     // query rows
   int64_t kv_start = 0;  // first kv row (contiguous kv only)
   int64_t kv_len = 0;    // keys it attends over
-  const int32_t* blocks = nullptr;  // its block table row (paged kv only)
+  const int64_t* blocks = nullptr;  // its block table row (paged kv only)
 };
 
 // Keys [lo, hi] (inclusive, empty when lo > hi) that query i of a sequence
@@ -60,28 +60,36 @@ struct SequenceTable {
   std::vector<AttentionSequence> sequences;
   // The block ids each paged sequence uses, back to back; sequences[b].blocks
   // points into it (LinkBlocks).
-  std::vector<int32_t> blocks;
+  std::vector<int64_t> blocks;
 };
 
-// Appends the block ids sequence b (kv_len tokens) uses from its table row
-// to table->blocks, each read once and checked (data, so checked at call
-// time), after checking that kv_len fits the row.
+// Entry `at` (in elements) of an int32 or int64 index tensor in host memory
+// (lengths, offsets, block ids), read once (ReadOnce) and widened.
+inline int64_t ReadIndex(const Tensor& tensor, int64_t at) {
+  return tensor.dtype() == DataType::kInt64
+             ? ReadOnce(tensor.data_as<int64_t>() + at)
+             : ReadOnce(tensor.data_as<int32_t>() + at);
+}
+
+// Appends the block ids sequence b (kv_len tokens) uses from row b of
+// `table` to read->blocks, each read once and checked (data, so checked at
+// call time), after checking that kv_len fits the row.
 inline void CopyBlocks(const char* op, const char* table_name,
-                       const int32_t* row, int64_t b, int64_t kv_len,
+                       const Tensor& table, int64_t b, int64_t kv_len,
                        int64_t max_blocks, int64_t block_size,
-                       int64_t num_blocks, SequenceTable* table) {
+                       int64_t num_blocks, SequenceTable* read) {
   POLYOPS_CHECK(kv_len <= max_blocks * block_size, "polyops.", op,
                 ": sequence ", b, " has ", kv_len, " kv tokens, more than its ",
                 table_name, " row holds (", max_blocks, " blocks of ",
                 block_size, ")");
   const int64_t used = (kv_len + block_size - 1) / block_size;
   for (int64_t k = 0; k < used; ++k) {
-    const int32_t block = ReadOnce(row + k);
+    const int64_t block = ReadIndex(table, b * table.stride(0) + k);
     POLYOPS_CHECK(block >= 0 && block < num_blocks, "polyops.", op, ": ",
                   table_name, "[", b, "][", k, "] = ", block,
                   " is not a block of the cache (must be in [0, ", num_blocks,
                   "))");
-    table->blocks.push_back(block);
+    read->blocks.push_back(block);
   }
 }
 
@@ -95,23 +103,15 @@ inline void LinkBlocks(int64_t block_size, SequenceTable* table) {
   }
 }
 
-// Reads flash_attention's cu_seqlens (and block table) into `read`, each
-// entry once, raising InvalidArgument for malformed metadata. total_kv < 0
-// means paged kv (table non-null).
-inline void ReadVarlenSequences(const int32_t* cu_q_data,
-                                const int32_t* cu_kv_data, int64_t batch,
-                                int64_t total_q, int64_t total_kv,
-                                const int32_t* table, int64_t table_stride,
+// Reads flash_attention's cu_seqlens (copies read once each, checked) and
+// block table into `read`, raising InvalidArgument for malformed metadata.
+// total_kv < 0 means paged kv (table non-null).
+inline void ReadVarlenSequences(const int64_t* cu_q, const int64_t* cu_kv,
+                                int64_t batch, int64_t total_q,
+                                int64_t total_kv, const Tensor* table,
                                 int64_t max_blocks, int64_t block_size,
                                 int64_t num_blocks, SequenceTable* read) {
   constexpr const char* kOp = "flash_attention";
-  std::vector<int32_t> copies(2 * (batch + 1));
-  for (int64_t b = 0; b <= batch; ++b) {
-    copies[b] = ReadOnce(cu_q_data + b);
-    copies[batch + 1 + b] = ReadOnce(cu_kv_data + b);
-  }
-  const int32_t* cu_q = copies.data();
-  const int32_t* cu_kv = copies.data() + batch + 1;
   CheckCuSeqlens(cu_q, cu_kv, batch, total_q, total_kv);
   read->sequences.resize(batch);
   for (int64_t b = 0; b < batch; ++b) {
@@ -121,8 +121,8 @@ inline void ReadVarlenSequences(const int32_t* cu_q_data,
     seq.kv_start = cu_kv[b];
     seq.kv_len = cu_kv[b + 1] - cu_kv[b];
     if (total_kv < 0) {
-      CopyBlocks(kOp, "block_table", table + b * table_stride, b, seq.kv_len,
-                 max_blocks, block_size, num_blocks, read);
+      CopyBlocks(kOp, "block_table", *table, b, seq.kv_len, max_blocks,
+                 block_size, num_blocks, read);
     }
   }
   if (total_kv < 0) LinkBlocks(block_size, read);

@@ -26,39 +26,35 @@ class FlashAttentionCpu : public FlashAttention {
       const std::optional<Tensor>& block_table,
       const std::optional<Tensor>& cu_seqlens_q_host,
       const std::optional<Tensor>& cu_seqlens_kv_host) const {
-    std::vector<int32_t> q_copy, kv_copy;
-    const int32_t* cu_q =
-        HostMirror(cu_seqlens_q, cu_seqlens_q_host, "cu_seqlens_q", &q_copy);
-    const int32_t* cu_kv = HostMirror(cu_seqlens_kv, cu_seqlens_kv_host,
-                                      "cu_seqlens_kv", &kv_copy);
+    const std::vector<int64_t> cu_q =
+        ReadOffsets(cu_seqlens_q, cu_seqlens_q_host, "cu_seqlens_q");
+    const std::vector<int64_t> cu_kv =
+        ReadOffsets(cu_seqlens_kv, cu_seqlens_kv_host, "cu_seqlens_kv");
     SequenceTable read;
-    ReadVarlenSequences(cu_q, cu_kv, batch_, num_tokens_q_, num_tokens_kv_,
-                        paged_ ? block_table->data_as<int32_t>() : nullptr,
-                        paged_ ? block_table->stride(0) : 0, max_blocks_,
-                        block_size_, num_blocks_, &read);
+    ReadVarlenSequences(cu_q.data(), cu_kv.data(), batch_, num_tokens_q_,
+                        num_tokens_kv_, paged_ ? &*block_table : nullptr,
+                        max_blocks_, block_size_, num_blocks_, &read);
     return read;
   }
 
  private:
-  // `device`'s entries, or, with a host copy, that copy's entries read once
-  // into *copy after checking each against `device`.
-  const int32_t* HostMirror(const Tensor& device,
-                            const std::optional<Tensor>& host, const char* name,
-                            std::vector<int32_t>* copy) const {
-    if (!host) return device.data_as<int32_t>();
-    const int32_t* host_data = host->data_as<int32_t>();
-    const int32_t* device_data = device.data_as<int32_t>();
-    copy->resize(batch_ + 1);
+  // The B+1 entries of `device` (int32 or int64), each read once; with a
+  // host copy, that copy's entries, each checked against `device`'s.
+  std::vector<int64_t> ReadOffsets(const Tensor& device,
+                                   const std::optional<Tensor>& host,
+                                   const char* name) const {
+    std::vector<int64_t> values(batch_ + 1);
     for (int64_t b = 0; b <= batch_; ++b) {
-      const int32_t value = ReadOnce(host_data + b);
-      const int32_t expected = ReadOnce(device_data + b);
-      POLYOPS_CHECK(value == expected, "polyops.flash_attention: ", name,
+      const int64_t expected = ReadIndex(device, b);
+      values[b] = expected;
+      if (!host) continue;
+      values[b] = ReadIndex(*host, b);
+      POLYOPS_CHECK(values[b] == expected, "polyops.flash_attention: ", name,
                     "_host must hold the values of ", name, ", but ", name,
-                    "_host[", b, "] = ", value, " and ", name, "[", b,
+                    "_host[", b, "] = ", values[b], " and ", name, "[", b,
                     "] = ", expected);
-      (*copy)[b] = value;
     }
-    return copy->data();
+    return values;
   }
 };
 

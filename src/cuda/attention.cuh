@@ -21,6 +21,7 @@
 
 #include "core/data_type.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "cuda/common.cuh"
 
 namespace polyops::cuda {
@@ -52,6 +53,29 @@ inline int DimsPerLane(int64_t head_size) {
   return head_size <= 64 ? 2 : head_size <= 128 ? 4 : 8;
 }
 
+// An int32 or int64 index array on the device (cu_seqlens, seq_lens, a
+// block table), read at its own width and widened: entries are compared as
+// int64, so neither dtype needs a conversion launch or scratch, and an int64
+// value outside int32's range stays out of range instead of wrapping.
+struct IndexArray {
+  const void* data;
+  bool wide;  // int64 entries
+
+  static IndexArray Of(const Tensor& tensor) {
+    return {tensor.data(), tensor.dtype() == DataType::kInt64};
+  }
+  __device__ __forceinline__ int64_t operator[](int64_t i) const {
+    return wide ? static_cast<const int64_t*>(data)[i]
+                : static_cast<const int32_t*>(data)[i];
+  }
+  // The array from entry `offset` on (a table row).
+  __host__ __device__ __forceinline__ IndexArray From(int64_t offset) const {
+    const int64_t bytes = offset * (wide ? 8 : 4);
+    return {data != nullptr ? static_cast<const char*>(data) + bytes : nullptr,
+            wide};
+  }
+};
+
 // A kv operand: contiguous-by-token ([T, Hkv, D], block_size == 0) or a
 // paged cache ([num_blocks, block_size, Hkv, D]); strides in elements.
 struct KvOperand {
@@ -61,9 +85,9 @@ struct KvOperand {
 
 // Where one sequence's keys live for the block at hand.
 struct KvSequence {
-  int64_t kv_start;      // first row (contiguous kv only)
-  const int32_t* table;  // its block table row (paged only)
-  int block_size;        // 0: contiguous kv
+  int64_t kv_start;  // first row (contiguous kv only)
+  IndexArray table;  // its block table row (paged only)
+  int block_size;    // 0: contiguous kv
   int64_t num_blocks;
 };
 
@@ -76,7 +100,7 @@ __device__ __forceinline__ const NT* KvRowPointer(const KvOperand& operand,
                                                   int64_t j, int64_t kv_head) {
   const NT* base = static_cast<const NT*>(operand.data);
   if (seq.block_size > 0) {
-    const int32_t block = seq.table[j / seq.block_size];
+    const int64_t block = seq.table[j / seq.block_size];
     if (block < 0 || block >= seq.num_blocks) return nullptr;
     return base + block * operand.stride_block +
            (j % seq.block_size) * operand.stride_token +

@@ -76,6 +76,16 @@ inline void CheckContiguousOut(const char* op, const Tensor& out) {
   }
 }
 
+// FlashInfer's page ids are 32-bit: an int64 block table may name blocks
+// past INT32_MAX when the cache has that many.
+inline void CheckPageIds(const char* op, const Tensor& table,
+                         int64_t num_blocks) {
+  if (table.dtype() == DataType::kInt64 && num_blocks > kMaxOffset) {
+    Refuse(op, "an int64 block table over a cache of ", num_blocks,
+           " blocks because FlashInfer's page ids are 32-bit");
+  }
+}
+
 // Paged caches: FlashInfer's paged_kv_t has one set of 32-bit strides for
 // both caches.
 inline void CheckCaches(const char* op, const Tensor& key,

@@ -36,20 +36,23 @@ __global__ void UploadKernel(int32_t* dst, const UploadChunk chunk) {
 }
 
 // Block b copies sequence b's pages (kv_indptr: device, from the plan) out
-// of its block-table row and flags an id outside the cache.
-__global__ void GatherPagesKernel(const int32_t* table, int64_t stride,
+// of its block-table row (int32 or int64 ids, compared at their own width)
+// and flags an id outside the cache.
+template <typename Id>
+__global__ void GatherPagesKernel(const Id* table, int64_t stride,
                                   int64_t num_blocks, const int32_t* kv_indptr,
                                   int32_t* indices, int32_t* bad) {
   const int64_t b = blockIdx.x;
   const int32_t begin = kv_indptr[b];
   const int32_t count = kv_indptr[b + 1] - begin;
-  const int32_t* row = table + b * stride;
+  const Id* row = table + b * stride;
   int any_bad = 0;
   for (int32_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const int32_t id = row[i];
+    const Id id = row[i];
     const bool ok = id >= 0 && id < num_blocks;
     any_bad |= ok ? 0 : 1;
-    indices[begin + i] = ok ? id : 0;
+    // With int64 ids num_blocks <= INT32_MAX (CheckPageIds): ok ids fit.
+    indices[begin + i] = ok ? static_cast<int32_t>(id) : 0;
   }
   any_bad = __syncthreads_or(any_bad);
   if (threadIdx.x == 0) bad[b] = any_bad;
@@ -286,9 +289,15 @@ void Execute(const Handle& handle, const Plan& plan, LaunchArgs args,
     args.last_page_len = words + plan.last_page_len;
     args.kv_indices = reinterpret_cast<int32_t*>(base + words_bytes);
     bad = args.kv_indices + plan.num_pages;
-    GatherPagesKernel<<<args.batch, 128, 0, stream>>>(
-        paged->table, paged->stride, paged->num_blocks, args.kv_indptr,
-        args.kv_indices, bad);
+    if (paged->wide) {
+      GatherPagesKernel<<<args.batch, 128, 0, stream>>>(
+          static_cast<const int64_t*>(paged->table), paged->stride,
+          paged->num_blocks, args.kv_indptr, args.kv_indices, bad);
+    } else {
+      GatherPagesKernel<<<args.batch, 128, 0, stream>>>(
+          static_cast<const int32_t*>(paged->table), paged->stride,
+          paged->num_blocks, args.kv_indptr, args.kv_indices, bad);
+    }
     CheckLaunch(op);
   }
   (plan.cta_tile_q == kSmallTile ? small : large)(args, stream, op);

@@ -162,7 +162,8 @@ int MultiprocessorCount(const char* op);
 
 // The device block table of a paged call.
 struct PagedTable {
-  const int32_t* table = nullptr;  // device [batch, max_blocks]
+  const void* table = nullptr;  // device [batch, max_blocks]
+  bool wide = false;            // int64 ids (else int32)
   int64_t stride = 0;
   int64_t num_blocks = 0;
 };

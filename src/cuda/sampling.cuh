@@ -83,8 +83,19 @@ struct SamplingArgs {
   const float* uniform;  // float32 [B], or null: SplitMix64Uniform(seed, b)
   int64_t uniform_stride;
   int64_t seed;
-  int64_t* out;
+  void* out;  // int64 [B], or int32 [B] when out_int32
+  bool out_int32;
 };
+
+// Row b's token id (or the -1 marker); every id fits int32 (V <= INT32_MAX).
+__device__ __forceinline__ void StoreToken(const SamplingArgs& args, int64_t b,
+                                           int64_t token) {
+  if (args.out_int32) {
+    static_cast<int32_t*>(args.out)[b] = static_cast<int32_t>(token);
+  } else {
+    static_cast<int64_t*>(args.out)[b] = token;
+  }
+}
 
 struct SamplingShared {
   uint32_t digits[256];  // histogram, then each digit's next output slot
@@ -327,7 +338,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
     // Out-of-range values cannot raise from the device without a host
     // synchronization: the row gets the impossible token -1 instead.
     if (!(p > 0.0f && p <= 1.0f) || !(u >= 0.0f && u < 1.0f)) {
-      if (threadIdx.x == 0) args.out[b] = -1;
+      if (threadIdx.x == 0) StoreToken(args, b, -1);
       continue;  // uniform across the block
     }
 
@@ -383,8 +394,9 @@ __global__ void __launch_bounds__(kSamplingThreads)
       // (there C == prefix_mass); `chosen` is prefix - 1 otherwise anyway.
       if (!found) chosen = prefix - 1;
       // n == 0 cannot happen (see above); the guard keeps the read in bounds.
-      args.out[b] =
-          n == 0 ? -1 : static_cast<int64_t>(sorted[chosen] & 0xffffffffull);
+      StoreToken(
+          args, b,
+          n == 0 ? -1 : static_cast<int64_t>(sorted[chosen] & 0xffffffffull));
     }
     __syncthreads();  // the next row reuses keys, spare and shared
   }

@@ -101,12 +101,12 @@ void RunCase(const Shape& shape, std::mt19937* gen, Totals* totals) {
     }
   }
   // Paged: each sequence's blocks in a shuffled order, two spare blocks.
-  std::vector<int32_t> block_ids;
+  std::vector<int64_t> block_ids;
   if (paged) {
     num_blocks += 2;
     block_ids.resize(num_blocks);
     for (int64_t i = 0; i < num_blocks; ++i) {
-      block_ids[i] = static_cast<int32_t>(i);
+      block_ids[i] = i;
     }
     std::shuffle(block_ids.begin(), block_ids.end(), *gen);
     int64_t at = 0;

@@ -1,7 +1,8 @@
 // Runs src/cuda/sampling.cuh's SampleRows<float> under the host emulation
-// (cuda_runtime.h here). stdin: "B V grid", then per row "k p u" (k an
-// integer, p and u float32 bit patterns in hex) and V float32 bit patterns
-// in hex. stdout: one token id per row.
+// (cuda_runtime.h here). stdin: "B V grid out_bits" (out_bits 64 or 32: the
+// out dtype), then per row "k p u" (k an integer, p and u float32 bit
+// patterns in hex) and V float32 bit patterns in hex. stdout: one token id
+// per row.
 #include <cstdio>
 #include <vector>
 
@@ -15,8 +16,11 @@ inline float ToFloat(float value) { return value; }
 
 int main() {
   long long batch = 0, vocab = 0;
-  unsigned grid = 1;
-  if (std::scanf("%lld %lld %u", &batch, &vocab, &grid) != 3) return 2;
+  unsigned grid = 1, out_bits = 64;
+  if (std::scanf("%lld %lld %u %u", &batch, &vocab, &grid, &out_bits) != 4 ||
+      (out_bits != 32 && out_bits != 64)) {
+    return 2;
+  }
   std::vector<float> logits(batch * vocab);
   std::vector<int64_t> top_k(batch);
   std::vector<float> top_p(batch), uniform(batch);
@@ -33,7 +37,8 @@ int main() {
       logits[b * vocab + i] = __uint_as_float(x);
     }
   }
-  std::vector<int64_t> out(batch, -7);
+  std::vector<int64_t> out64(batch, -7);
+  std::vector<int32_t> out32(batch, -7);
   polyops::cuda::SamplingArgs args{};
   args.batch = batch;
   args.vocab = vocab;
@@ -45,12 +50,15 @@ int main() {
   args.top_p_stride = 1;
   args.uniform = uniform.data();
   args.uniform_stride = 1;
-  args.out = out.data();
+  args.out_int32 = out_bits == 32;
+  args.out = args.out_int32 ? static_cast<void*>(out32.data()) : out64.data();
   std::vector<uint64_t> scratch(grid * 2 * vocab);
   EmulatedLaunch(grid, polyops::cuda::kSamplingThreads, [&] {
     polyops::cuda::SampleRows<float>(logits.data(), args, scratch.data());
   });
-  for (int64_t token : out)
-    std::printf("%lld\n", static_cast<long long>(token));
+  for (long long b = 0; b < batch; ++b) {
+    const long long token = out_bits == 32 ? out32[b] : out64[b];
+    std::printf("%lld\n", token);
+  }
   return 0;
 }

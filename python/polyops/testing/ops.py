@@ -683,28 +683,28 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
         packed=False,
         kv_order=None,
         host=False,
+        q_dtype=I32,
+        kv_dtype=I32,
         **options,
     ):
+        """q_dtype: cu_seqlens_q's (and its mirror's) dtype; kv_dtype: cu_seqlens_kv's and
+        the block table's."""
+
         def build(inp: Inputs) -> Call:
             tq, tkv = sum(q_lens), sum(kv_lens)
+            cu_q, cu_kv = cu_seqlens(q_lens).to(q_dtype), cu_seqlens(kv_lens).to(kv_dtype)
             if packed:  # q, k, v: slices of one qkv projection [T, Hq + 2 Hkv, D]
                 qkv = inp.tensor((tq, heads + 2 * kv_heads, head_size), dtype)
                 q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
             else:
                 q = inp.tensor((tq, heads, head_size), dtype)
                 k, v = (inp.cpu((tkv, kv_heads, head_size), dtype) for _ in range(2))
-            kwargs = dict(
-                cu_seqlens_q=inp.put(cu_seqlens(q_lens)),
-                cu_seqlens_kv=inp.put(cu_seqlens(kv_lens)),
-                **options,
-            )
+            kwargs = dict(cu_seqlens_q=inp.put(cu_q), cu_seqlens_kv=inp.put(cu_kv), **options)
             if host:  # *_host arguments are CPU tensors whatever the device
-                kwargs.update(
-                    cu_seqlens_q_host=cu_seqlens(q_lens), cu_seqlens_kv_host=cu_seqlens(kv_lens)
-                )
+                kwargs.update(cu_seqlens_q_host=cu_q.clone(), cu_seqlens_kv_host=cu_kv.clone())
             if paged:
                 k, v, table = paginate(k, v, kv_lens, paged, inp.gen)
-                kwargs["block_table"] = inp.put(table)
+                kwargs["block_table"] = inp.put(table.to(kv_dtype))
             k, v = inp.put(k), inp.put(v)
             if kv_order:  # vLLM's caches: views into one K/V allocation
                 k, v = combined_kv(k, v, kv_order)
@@ -751,6 +751,21 @@ def _flash_attention_cases(dtype: torch.dtype) -> list[Case]:
             host=True,
             sliding_window=9,
         ),
+        # int64 lengths and block tables (torch.tensor's default dtype), also mixed.
+        case("int64-lens-causal", [1, 7, 70], [1, 9, 70], 4, 2, 64, q_dtype=I64, kv_dtype=I64),
+        case(
+            "int64-lens-paged-b16-host",
+            [1, 7, 60],
+            [37, 7, 90],
+            8,
+            2,
+            64,
+            paged=16,
+            host=True,
+            q_dtype=I64,
+            kv_dtype=I64,
+        ),
+        case("int64-q-int32-kv-paged-b5", [3, 40], [50, 40], 4, 1, 64, paged=5, q_dtype=I64),
     ]
 
 
@@ -765,13 +780,16 @@ def _paged_attention_cases(dtype: torch.dtype) -> list[Case]:
         *,
         host=False,
         kv_order=None,
+        index_dtype=I32,
         **options,
     ):
+        """index_dtype: seq_lens' and block_table's (and their mirrors') dtype."""
+
         def build(inp: Inputs) -> Call:
             q = inp.tensor((len(seq_lens), heads, head_size), dtype)
             k, v = (inp.cpu((sum(seq_lens), kv_heads, head_size), dtype) for _ in range(2))
             k_cache, v_cache, table = paginate(k, v, seq_lens, block_size, inp.gen)
-            lens = torch.tensor(seq_lens, dtype=I32)
+            lens, table = torch.tensor(seq_lens, dtype=index_dtype), table.to(index_dtype)
             if host:  # *_host arguments are CPU tensors whatever the device
                 options.update(seq_lens_host=lens.clone(), block_table_host=table.clone())
             k_cache, v_cache = inp.put(k_cache), inp.put(v_cache)
@@ -790,6 +808,9 @@ def _paged_attention_cases(dtype: torch.dtype) -> list[Case]:
         case("zero-length-host-b8", [5, 0, 77], 8, 1, 64, 8, host=True),
         case("vllm-nhd-caches", [3, 40, 129], 8, 2, 64, 16, kv_order="nhd"),
         case("vllm-hnd-caches", [3, 40, 129], 8, 2, 64, 16, kv_order="hnd"),
+        # int64 lengths and block tables (torch.tensor's default dtype).
+        case("int64-lens-b16", [1, 7, 300, 16], 8, 2, 64, 16, index_dtype=I64),
+        case("int64-lens-host-b8", [5, 0, 77], 8, 1, 64, 8, host=True, index_dtype=I64),
     ]
 
 
@@ -810,7 +831,20 @@ SAMPLING_FILTERS = {
 
 
 def _sampling_cases(dtype: torch.dtype) -> list[Case]:
-    def case(name, rows, vocab, top_k, top_p, *, layout="contiguous", uniform="random", ties=False):
+    def case(
+        name,
+        rows,
+        vocab,
+        top_k,
+        top_p,
+        *,
+        layout="contiguous",
+        uniform="random",
+        ties=False,
+        out_dtype=None,
+    ):
+        """out_dtype: given, the tokens go to an ``out`` of that dtype."""
+
         def build(inp: Inputs) -> Call:
             if ties:  # integer logits: many exact ties; some masked to -inf
                 logits = torch.randint(-2, 3, (rows, vocab), generator=inp.gen).to(dtype)
@@ -822,13 +856,14 @@ def _sampling_cases(dtype: torch.dtype) -> list[Case]:
             if isinstance(k, torch.dtype):  # per-row tensors
                 k = inp.put(torch.randint(-3, vocab + 20, (rows,), generator=inp.gen).to(k))
                 p = inp.put(torch.rand(rows, generator=inp.gen, dtype=F32).clamp(min=1e-6))
+            outputs = {} if out_dtype is None else {"out": inp.empty((rows,), out_dtype)}
             if uniform == "seed":
-                return Call((inp.put(logits, layout), k, p), {"seed": 1234})
+                return Call((inp.put(logits, layout), k, p), {"seed": 1234}, outputs)
             u = {
                 "random": lambda: torch.rand(rows, generator=inp.gen, dtype=F32),
                 "extremes": lambda: torch.tensor([0.0, ONE_MINUS] * (rows // 2), dtype=F32),
             }[uniform]()
-            return Call((inp.put(logits, layout), k, p), {"uniform": inp.put(u)})
+            return Call((inp.put(logits, layout), k, p), {"uniform": inp.put(u)}, outputs)
 
         return Case(name, build)
 
@@ -841,7 +876,20 @@ def _sampling_cases(dtype: torch.dtype) -> list[Case]:
         case("rows-strided", 6, 130, 8, 0.9, layout="rows"),
         case("seed", 5, 300, 0, 0.95, uniform="seed"),
         case("u-0-and-near-1", 8, 50, 6, 0.7, uniform="extremes"),
+        # int32 token ids, as serving engines and the FlashInfer / ATB samplers keep them.
+        case("int32-out", 12, 257, 20, 0.8, out_dtype=I32),
+        case("int32-out-seed", 5, 300, 0, 0.95, uniform="seed", out_dtype=I32),
+        case("int64-out", 6, 130, 8, 0.9, out_dtype=I64),
     ]
+
+
+def _sampling_results(returned: Any, call: Call) -> tuple:
+    """The tokens to compare with the int64 reference: a case's int32 ``out`` holds the
+    same ids, widened here (a result in another dtype than that ``out`` still fails)."""
+    out = call.outputs.get("out")
+    if out is not None and out.dtype == I32 and returned.dtype == I32:
+        return (returned.to(I64),)
+    return (returned,)
 
 
 def _sampling_rule(results: tuple, *args: Any, **kwargs: Any) -> list[int]:
@@ -963,6 +1011,7 @@ OPS: dict[str, OpInfo] = {
             _sampling_cases,
             ref.topk_topp_sampling_reference,
             EXACT,
+            _sampling_results,
             special_values=True,
             device_rules={"npu": _sampling_rule},
         ),

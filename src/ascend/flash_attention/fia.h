@@ -30,10 +30,12 @@ namespace polyops {
 //     trap 18, requests with no query tokens, strided (non-contiguous)
 //     query/key/value views.
 //   paged: the caches as PagedCacheView gives them, blockTable int32 on the
-//     device, blockSize = the cache's block size.
-//   executor: not repeatable, phase 1 every call (OneShotCall): the lengths
-//     are baked into it. Block ids are read on the device only: a bad id is
-//     a fault at the next synchronization, not a ValueError.
+//     device (an int64 block_table is clamped and cast to an int32 copy
+//     first, ascend::RunPagedApi), blockSize = the cache's block size.
+//   executor: phase 1 every call (the lengths are baked into it), not
+//     repeatable (OneShotCall) except with an int64 block table. Block ids are
+//     read on the device only: a bad id is a fault at the next synchronization,
+//     not a ValueError.
 template <>
 class Operator<FlashAttention, Device::Type::kAscend, 0>
     : public FlashAttention {
@@ -76,9 +78,9 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
                   const std::optional<Tensor>& cu_seqlens_q_host,
                   const std::optional<Tensor>& cu_seqlens_kv_host,
                   const std::optional<Tensor>& out) const override {
-    const std::vector<int32_t> cu_q =
+    const std::vector<int64_t> cu_q =
         ascend::HostInts(handle, cu_seqlens_q, cu_seqlens_q_host, kName);
-    const std::vector<int32_t> cu_kv =
+    const std::vector<int64_t> cu_kv =
         ascend::HostInts(handle, cu_seqlens_kv, cu_seqlens_kv_host, kName);
     CheckCuSeqlens(cu_q.data(), cu_kv.data(), batch_, num_tokens_q_,
                    num_tokens_kv_);

@@ -13,16 +13,18 @@ namespace polyops {
 // Slot 0: aclnnFusedInferAttentionScoreV3 with one query token per request,
 // vllm-ascend's aclnn decode path: "TND" with actualSeqLengths = 1, 2, ..,
 // B (geometry, no data), the paged caches as PagedCacheView gives them,
-// blockTable int32 on the device, actualSeqLengthsKv = seq_lens, no mask
-// (sparseMode 0). float16 and bfloat16 only (NotImplementedError for
-// float32: the API has no float32 query).
+// blockTable int32 on the device (an int64 block_table is clamped and cast
+// to an int32 copy first, ascend::RunPagedApi), actualSeqLengthsKv =
+// seq_lens, no mask (sparseMode 0). float16 and bfloat16 only
+// (NotImplementedError for float32: the API has no float32 query).
 //   seq_lens: a host array, from seq_lens_host when given, else copied from
 //     the device after a stream synchronization (a stall, impossible under
 //     graph capture: pass seq_lens_host). block_table_host is not needed:
 //     FIA reads the block table on the device, so a bad block id is a fault
 //     at the next synchronization, not a ValueError.
-//   executor: not repeatable, phase 1 every call (OneShotCall): the lengths
-//     are baked into it, and they change every decode step anyway.
+//   executor: phase 1 every call (the lengths are baked into it, and they
+//     change every decode step anyway), not repeatable (OneShotCall) except
+//     with an int64 block table.
 //   Unverified: FIA's handling of a request with seq_lens 0 on the NPU
 //     (polyops wants zeros; the double gives zeros), and the limits of
 //     trap 18 (TND head size and dtype on A2).

@@ -12,10 +12,11 @@ namespace polyops {
 
 // Slot 1: aclnnIncreFlashAttentionV4, the decode-only API, in "BSND" layout:
 // query and out viewed [B, 1, Hq, D] (no copy), the paged caches as
-// PagedCacheView gives them, blocktable int32 on the device,
-// actualSeqLengths = seq_lens (per request). No mask, no quantization.
-// float16 and bfloat16 only (NotImplementedError for float32). Host
-// lengths, the fallback copy and the non-repeatable executor as in slot 0.
+// PagedCacheView gives them, blocktable int32 on the device (an int64
+// block_table is clamped and cast to an int32 copy first,
+// ascend::RunPagedApi), actualSeqLengths = seq_lens (per request). No mask, no
+// quantization. float16 and bfloat16 only (NotImplementedError for float32).
+// Host lengths, the fallback copy and the non-repeatable executor as in slot 0.
 // Slot 0 (FIA V3) stays the default: it is what torch_npu and vllm-ascend
 // call on A2/A3; this one is the second route. Unverified: the first CANN
 // version with IncreFlashAttentionV4 (ASCEND.md §7; the docs show it by
@@ -48,6 +49,35 @@ class Operator<PagedAttention, Device::Type::kAscend, 1>
     const std::vector<int64_t> lengths = ascend::CheckedSeqLens(
         handle, seq_lens, seq_lens_host, max_blocks_, block_size_);
     if (out->numel() == 0) return;
+    static const auto launch = ascend::Phase2(kApi, kSince);
+    ascend::OneShotCall arrays(kName);  // owns the lengths until the launch
+    Phase1Context context{this, arrays.IntArray(lengths)};
+    const ascend::AttentionOperands operands{
+        OneTokenView(query),
+        ascend::PagedCacheView(key_cache),
+        ascend::PagedCacheView(value_cache),
+        std::nullopt,
+        &block_table,
+        OneTokenView(*out)};
+    ascend::RunPagedApi(kName, kApi, handle, operands, &Phase1, &context,
+                        launch);
+  }
+
+ private:
+  static constexpr const char* kApi = "aclnnIncreFlashAttentionV4";
+  static constexpr const char* kSince = "8.1.RC1 (unverified)";
+
+  struct Phase1Context {
+    const Operator* self;
+    ascend::AclIntArray* lengths;
+  };
+  static ascend::AclnnStatus Phase1(void* context, ascend::AclTensor* query,
+                                    ascend::AclTensorList* key,
+                                    ascend::AclTensorList* value,
+                                    ascend::AclTensor*,
+                                    ascend::AclTensor* table,
+                                    ascend::AclTensor* out, uint64_t* workspace,
+                                    ascend::AclOpExecutor** executor) {
     using Fn = ascend::AclnnStatus (*)(
         const ascend::AclTensor* query, const ascend::AclTensorList* key,
         const ascend::AclTensorList* value, const ascend::AclTensor* pse_shift,
@@ -68,30 +98,15 @@ class Operator<PagedAttention, Device::Type::kAscend, 1>
         ascend::AclOpExecutor** executor);
     static const auto get = ascend::Phase1<Fn>(
         "aclnnIncreFlashAttentionV4GetWorkspaceSize", kSince);
-    static const auto launch = ascend::Phase2(kApi, kSince);
-    ascend::OneShotCall one(kName);
-    ascend::AclTensor* q = one.Describe(OneTokenView(query));
-    ascend::AclTensorList* k =
-        one.DescribeList({ascend::PagedCacheView(key_cache)});
-    ascend::AclTensorList* v =
-        one.DescribeList({ascend::PagedCacheView(value_cache)});
-    ascend::AclTensor* table = one.Describe(block_table);
-    ascend::AclTensor* o = one.Describe(OneTokenView(*out));
-    ascend::AclIntArray* lens = one.IntArray(lengths);
+    const auto* c = static_cast<Phase1Context*>(context);
+    const Operator& op = *c->self;
     char layout[] = "BSND";
-    uint64_t workspace = 0;
-    ascend::AclOpExecutor* executor = nullptr;
-    const ascend::AclnnStatus status =
-        get(q, k, v, nullptr, nullptr, lens, nullptr, nullptr, nullptr, nullptr,
-            nullptr, nullptr, nullptr, table, nullptr, num_heads_, scale_,
-            layout, num_kv_heads_, block_size_, ascend::kFiaInnerPrecise, o,
-            &workspace, &executor);
-    one.Launch(handle, kApi, status, workspace, executor, launch);
+    return get(query, key, value, nullptr, nullptr, c->lengths, nullptr,
+               nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table,
+               nullptr, op.num_heads_, op.scale_, layout, op.num_kv_heads_,
+               op.block_size_, ascend::kFiaInnerPrecise, out, workspace,
+               executor);
   }
-
- private:
-  static constexpr const char* kApi = "aclnnIncreFlashAttentionV4";
-  static constexpr const char* kSince = "8.1.RC1 (unverified)";
 
   // [B, H, D] as BSND [B, 1, H, D]: the inserted dim has size 1, so its
   // stride is free.

@@ -28,7 +28,8 @@ namespace polyops {
 //   Q  = Softmax(F); A = Cumsum(Q)
 //   v  = 1 - Clamp(u, 0, 1 - 2^-24)       Clamp, then Rsubs
 //   m  = SearchSorted(A[:, :L], v, left)  L = max(V - 1, 1)
-//   out = (V - 1) - Gather(IR, m)          Gather, then Rsubs
+//   out = (V - 1) - Gather(IR, m)          Gather, then Rsubs (int64, or
+//                                          converted to an int32 out)
 // Why this shape:
 // - NanToNum maps NaN and -inf to the same finite -M and +inf to +M, so the
 //   contract's bad-row rules fall out of the ordinary softmax: +inf tokens
@@ -48,10 +49,13 @@ namespace polyops {
 //   first position m of R with A[m] >= 1 - u (j = V - 1 - m); searching
 //   A[:, :V-1] caps m at V - 1 (the top token) when 1 - u rounds above the
 //   total, and masked positions (A = 0 < 1 - u) are never chosen.
-// Not bit-exact (the declared exception of src/base/topk_topp_sampling.h):
-// aclnn's exp, softmax and cumsum round differently from the contract's
-// sequential float32 sums, so the token is a correct draw judged by
-// polyops.testing.references.sampling_token_plausible.
+// An int32 out is written by that last Rsubs directly: its out may have any
+// dtype the int64 result converts to (the aclnnRsubs doc and CANN's
+// conversion rules: integer types convert to each other), so no step is
+// added. Not bit-exact (the declared exception of
+// src/base/topk_topp_sampling.h): aclnn's exp, softmax and cumsum round
+// differently from the contract's sequential float32 sums, so the token is a
+// correct draw judged by polyops.testing.references.sampling_token_plausible.
 // Values the CPU kernel rejects at read time cannot be checked without a
 // device-to-host copy: u is clamped to [0, 1 - 2^-24] (u < 0 acts as 0, u >=
 // 1 as the largest u, NaN u gives the top token in the double, unverified on
@@ -182,7 +186,7 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
                                        DataType::kFloat32, device_);
     const int64_t out_strides[2] = {1, 1};
     const Tensor token = Tensor::FromParts(out->data(), 2, u_shape, out_strides,
-                                           DataType::kInt64, device_);
+                                           out_dtype_, device_);
 
     const Step cast_step{&cast_,
                          "aclnnCast",

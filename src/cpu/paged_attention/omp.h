@@ -31,8 +31,6 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
     // takes.
     const Tensor& lens = seq_lens_host ? *seq_lens_host : seq_lens;
     const Tensor& table = block_table_host ? *block_table_host : block_table;
-    const int32_t* lens_data = lens.data_as<int32_t>();
-    const int32_t* table_data = table.data_as<int32_t>();
     const int64_t group = num_heads_ / num_kv_heads_;
     // Lengths and block ids read once each (cpu::SequenceTable).
     cpu::SequenceTable read;
@@ -41,17 +39,16 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
     int64_t work = 0;
     for (int64_t b = 0; b < batch_; ++b) {
       const char* lens_name = seq_lens_host ? "seq_lens_host" : "seq_lens";
-      const int32_t len = cpu::ReadOnce(lens_data + b);
+      const int64_t len = cpu::ReadIndex(lens, b);
       POLYOPS_CHECK(len >= 0, "polyops.paged_attention: ", lens_name, "[", b,
                     "] must be >= 0, got ", len);
       cpu::AttentionSequence& seq = read.sequences[b];
       seq.q_start = b;
       seq.q_len = 1;
       seq.kv_len = len;
-      cpu::CopyBlocks(kName,
-                      block_table_host ? "block_table_host" : "block_table",
-                      table_data + b * table.stride(0), b, seq.kv_len,
-                      max_blocks_, block_size_, num_blocks_, &read);
+      cpu::CopyBlocks(
+          kName, block_table_host ? "block_table_host" : "block_table", table,
+          b, seq.kv_len, max_blocks_, block_size_, num_blocks_, &read);
       cpu::AppendTiles(seq, b, num_kv_heads_, group, head_size_, &tiles);
       work += seq.kv_len;
     }

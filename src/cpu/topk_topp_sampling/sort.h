@@ -75,10 +75,11 @@ inline void RadixSortByHighWord(uint64_t* keys, uint64_t* spare, int64_t n) {
   if (src != keys) std::memcpy(keys, src, sizeof(uint64_t) * n);
 }
 
-// One row of the algorithm in base/topk_topp_sampling.h. `k` in [1, vocab].
+// One row of the algorithm in base/topk_topp_sampling.h: the token id. `k`
+// in [1, vocab].
 template <typename T>
-void SampleRow(const T* x, int64_t vocab, int64_t k, float p, float u,
-               SamplingScratch& scratch, int64_t* token) {
+int64_t SampleRow(const T* x, int64_t vocab, int64_t k, float p, float u,
+                  SamplingScratch& scratch) {
   // (descending key << 32 | id) sorts ascending as (logit desc, id asc), and
   // the keys are distinct, so every sort below has one possible result. NaN
   // logits count as -inf (step 1).
@@ -159,7 +160,7 @@ void SampleRow(const T* x, int64_t vocab, int64_t k, float p, float u,
       break;
     }
   }
-  *token = static_cast<int64_t>(keys[chosen] & 0xffffffffull);
+  return static_cast<int64_t>(keys[chosen] & 0xffffffffull);
 }
 
 }  // namespace cpu
@@ -208,7 +209,6 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
     // An exception must not leave the OpenMP region: a failed allocation of
     // a thread's scratch is rethrown after it.
     std::atomic<bool> out_of_memory{false};
-    int64_t* tokens = out->data_as<int64_t>();
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.topk_topp_sampling", [&](auto tag) {
           using T = typename decltype(tag)::type;
@@ -228,8 +228,14 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
             try {
               cpu::SamplingScratch& scratch = cpu::ThreadSamplingScratch();
               scratch.Reserve(vocab_);
-              cpu::SampleRow(base + b * row_stride_, vocab_, k, p, u, scratch,
-                             tokens + b);
+              const int64_t token = cpu::SampleRow(base + b * row_stride_,
+                                                   vocab_, k, p, u, scratch);
+              // V <= INT32_MAX (base header): every id fits an int32 out.
+              if (out_dtype_ == DataType::kInt32) {
+                out->data_as<int32_t>()[b] = static_cast<int32_t>(token);
+              } else {
+                out->data_as<int64_t>()[b] = token;
+              }
             } catch (const std::bad_alloc&) {
               out_of_memory.store(true);
             }

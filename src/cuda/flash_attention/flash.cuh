@@ -20,9 +20,9 @@ struct FlashAttentionParams {
   void* out;
   int64_t o_stride_token, o_stride_head;
   KvOperand key, value;
-  const int32_t* cu_q;
-  const int32_t* cu_kv;
-  const int32_t* table;  // null: contiguous kv
+  IndexArray cu_q;
+  IndexArray cu_kv;
+  IndexArray table;  // data null: contiguous kv
   int64_t table_stride;
   int64_t max_blocks;
   int block_size;  // 0: contiguous kv
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int rows = static_cast<int>(seg_end - seg_begin) * heads;
     const int64_t q_len = q_end - q_begin;
     const int64_t kv_start = p.cu_kv[b];
-    const int64_t kv_len = static_cast<int64_t>(p.cu_kv[b + 1]) - kv_start;
+    const int64_t kv_len = p.cu_kv[b + 1] - kv_start;
     bool valid = kv_len >= 0;
     if (p.block_size > 0) {
       valid = valid && kv_len <= p.max_blocks * p.block_size;
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     BlockKeyRange(tile, rows, &key_lo, &key_hi);
     KvSequence seq;
     seq.kv_start = kv_start;
-    seq.table = p.table != nullptr ? p.table + b * p.table_stride : nullptr;
+    seq.table = p.table.From(b * p.table_stride);
     seq.block_size = p.block_size;
     seq.num_blocks = p.num_blocks;
     RowState<kDims> state;
@@ -163,9 +163,11 @@ namespace polyops {
 // contiguous kv. float32 accumulation and softmax. The grid comes from the
 // tensor shapes alone, so cu_seqlens_*_host are accepted and not needed: no
 // host synchronization, no allocation, capturable in a CUDA graph.
-// Malformed cu_seqlens or block ids cannot raise ValueError here (that
-// would need a device-to-host copy): see FlashAttentionKernel for what they
-// do. Compiled, never executed on a GPU when written.
+// cu_seqlens and the block table are read at their own width (int32 or
+// int64, cuda::IndexArray): no conversion launch. Malformed cu_seqlens or
+// block ids cannot raise ValueError here (that would need a device-to-host
+// copy): see FlashAttentionKernel for what they do. Compiled, never
+// executed on a GPU when written.
 template <>
 class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
  public:
@@ -200,6 +202,17 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
         "polyops.flash_attention: flash slot on cuda does not support "
         "block size ",
         block_size_, " because the kernel indexes blocks with int32");
+    // int32 cu_seqlens_kv cannot describe a sequence of more than INT32_MAX
+    // keys; int64 ones could, and the kernel counts keys with int.
+    const int64_t max_keys =
+        paged_ ? max_blocks_ * block_size_ : num_tokens_kv_;
+    POLYOPS_CHECK_T(cu_seqlens_kv.dtype() == DataType::kInt32 ||
+                        max_keys <= std::numeric_limits<int32_t>::max(),
+                    NotImplemented,
+                    "polyops.flash_attention: flash slot on cuda does not "
+                    "support an int64 cu_seqlens_kv with sequences of up to ",
+                    max_keys,
+                    " keys because the kernel counts keys with int32");
     DispatchKernel([&](auto kernel) {
       AllowAttentionSharedMemory(kernel, cuda::DimsPerLane(head_size_), kName);
     });
@@ -226,9 +239,10 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
              key.stride(-2)};
     p.value = {value.data(), paged_ ? value.stride(0) : 0,
                value.stride(token_dim), value.stride(-2)};
-    p.cu_q = cu_seqlens_q.data_as<int32_t>();
-    p.cu_kv = cu_seqlens_kv.data_as<int32_t>();
-    p.table = paged_ ? block_table->data_as<int32_t>() : nullptr;
+    p.cu_q = cuda::IndexArray::Of(cu_seqlens_q);
+    p.cu_kv = cuda::IndexArray::Of(cu_seqlens_kv);
+    p.table = paged_ ? cuda::IndexArray::Of(*block_table)
+                     : cuda::IndexArray{nullptr, false};
     p.table_stride = paged_ ? block_table->stride(0) : 0;
     p.max_blocks = max_blocks_;
     p.block_size = paged_ ? static_cast<int>(block_size_) : 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "base/flash_attention.h"
 #include "core/operator.h"
@@ -76,6 +77,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     fi::CheckOperand(kName, "query", query);
     if (paged_) {
       fi::CheckCaches(kName, key, value);
+      fi::CheckPageIds(kName, *block_table, num_blocks_);
       if (block_size_ > std::numeric_limits<int32_t>::max() ||
           max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
         fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
@@ -85,6 +87,13 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     } else {
       fi::CheckOperand(kName, "key", key);
       fi::CheckOperand(kName, "value", value);
+      // int32 cu_seqlens_kv cannot end past INT32_MAX; int64 ones can (a
+      // stride-0 key passes CheckOperand), and the planner's are int32.
+      if (cu_seqlens_kv.dtype() == DataType::kInt64 &&
+          num_tokens_kv_ > fi::kMaxOffset) {
+        fi::Refuse(kName, num_tokens_kv_,
+                   " kv tokens because FlashInfer counts tokens in 32 bits");
+      }
     }
     fi::DispatchCompiled(dtype_, head_size_, [&](auto type_tag, auto dim_tag) {
       using NT = decltype(type_tag);
@@ -114,19 +123,32 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
                   const std::optional<Tensor>& out) const override {
     namespace fi = cuda::flashinfer;
     if (num_tokens_q_ == 0 || batch_ == 0) return;
-    const int32_t* cu_q = cu_seqlens_q_host->data_as<int32_t>();
-    const int32_t* cu_kv = cu_seqlens_kv_host->data_as<int32_t>();
-    CheckCuSeqlens(cu_q, cu_kv, batch_, num_tokens_q_, num_tokens_kv_);
+    const std::vector<int64_t> cu_q = WidenIndices(
+        cu_seqlens_q_host->data(), cu_seqlens_q_host->dtype(), batch_ + 1);
+    const std::vector<int64_t> cu_kv = WidenIndices(
+        cu_seqlens_kv_host->data(), cu_seqlens_kv_host->dtype(), batch_ + 1);
+    CheckCuSeqlens(cu_q.data(), cu_kv.data(), batch_, num_tokens_q_,
+                   num_tokens_kv_);
+    // The planner's int32 copies are exact: the q offsets lie in [0, Tq]
+    // and unpaged kv offsets in [0, Tkv] (checked), paged kv lengths in [0,
+    // capacity] (below), and the constructor refused Tq, Tkv and capacities
+    // above INT32_MAX. Paged calls pass lengths, since their offsets only
+    // give lengths and may themselves pass INT32_MAX.
+    const std::vector<int32_t> q_indptr(cu_q.begin(), cu_q.end());
+    std::vector<int32_t> kv;  // unpaged: offsets [B + 1]; paged: lengths [B]
     if (paged_) {
       const int64_t capacity = max_blocks_ * block_size_;
       for (int64_t b = 0; b < batch_; ++b) {
-        const int64_t kv_len = int64_t{cu_kv[b + 1]} - cu_kv[b];
+        const int64_t kv_len = cu_kv[b + 1] - cu_kv[b];
         POLYOPS_CHECK(kv_len <= capacity, "polyops.", kName, ": sequence ", b,
                       " has ", kv_len,
                       " kv tokens (cu_seqlens_kv_host), more than its "
                       "block_table row holds (",
                       max_blocks_, " blocks of ", block_size_, ")");
+        kv.push_back(static_cast<int32_t>(kv_len));
       }
+    } else {
+      kv.assign(cu_kv.begin(), cu_kv.end());
     }
     fi::CheckAligned(kName, "query", query.data());
     fi::CheckAligned(kName, "key", key.data());
@@ -135,8 +157,12 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
 
     fi::PlanInput input;
     input.batch = static_cast<int>(batch_);
-    input.q_indptr = cu_q;
-    input.kv_indptr = cu_kv;
+    input.q_indptr = q_indptr.data();
+    if (paged_) {
+      input.kv_lens = kv.data();
+    } else {
+      input.kv_indptr = kv.data();
+    }
     input.num_qo_heads = static_cast<int>(num_heads_);
     input.num_kv_heads = static_cast<int>(num_kv_heads_);
     input.head_dim = static_cast<int>(head_size_);
@@ -171,7 +197,8 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     args.window_left = window_left_i32_;
     fi::PagedTable table;
     if (paged_) {
-      table.table = block_table->data_as<int32_t>();
+      table.table = block_table->data();
+      table.wide = block_table->dtype() == DataType::kInt64;
       table.stride = block_table->stride(0);
       table.num_blocks = num_blocks_;
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "base/paged_attention.h"
 #include "core/dispatch.h"
@@ -20,8 +21,8 @@ struct PagedAttentionParams {
   void* out;
   int64_t o_stride_batch, o_stride_head;
   KvOperand key, value;
-  const int32_t* seq_lens;
-  const int32_t* table;
+  IndexArray seq_lens;
+  IndexArray table;
   int64_t table_stride;
   int64_t max_blocks;
   int block_size;
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __syncthreads();
   KvSequence seq;
   seq.kv_start = 0;
-  seq.table = p.table + b * p.table_stride;
+  seq.table = p.table.From(b * p.table_stride);
   seq.block_size = p.block_size;
   seq.num_blocks = p.num_blocks;
   RowState<kDims> state;
@@ -182,7 +183,8 @@ namespace polyops {
 // largest length), else from the table's capacity (max_blocks *
 // block_size): never from the device, so no host synchronization and the
 // call can be captured in a CUDA graph. Lengths and block ids are read on
-// the device and cannot raise ValueError: see ValidSeqLen and KvRowPointer.
+// the device at their own width (int32 or int64, cuda::IndexArray) and
+// cannot raise ValueError: see ValidSeqLen and KvRowPointer.
 // A device length larger than seq_lens_host said is cut at the splits the
 // host sized (the mirrors must agree, as the contract says).
 // Compiled, never executed on a GPU when written.
@@ -235,11 +237,10 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
     // the table's capacity.
     int64_t max_len = capacity_;
     if (seq_lens_host) {
-      const int32_t* lens = seq_lens_host->data_as<int32_t>();
+      const std::vector<int64_t> lens =
+          WidenIndices(seq_lens_host->data(), seq_lens_host->dtype(), batch_);
       max_len = 0;
-      for (int64_t b = 0; b < batch_; ++b) {
-        max_len = std::max<int64_t>(max_len, lens[b]);
-      }
+      for (const int64_t len : lens) max_len = std::max(max_len, len);
       max_len = std::min(max_len, capacity_);
     }
     const int64_t blocks_per_split = batch_ * num_kv_heads_ * head_chunks_;
@@ -266,8 +267,8 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
              key_cache.stride(2)};
     p.value = {value_cache.data(), value_cache.stride(0), value_cache.stride(1),
                value_cache.stride(2)};
-    p.seq_lens = seq_lens.data_as<int32_t>();
-    p.table = block_table.data_as<int32_t>();
+    p.seq_lens = cuda::IndexArray::Of(seq_lens);
+    p.table = cuda::IndexArray::Of(block_table);
     p.table_stride = block_table.stride(0);
     p.max_blocks = max_blocks_;
     p.block_size = static_cast<int>(block_size_);

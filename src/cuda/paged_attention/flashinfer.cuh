@@ -57,6 +57,7 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     fi::CheckContiguousOut(kName, *out);
     fi::CheckOperand(kName, "query", query);
     fi::CheckCaches(kName, key_cache, value_cache);
+    fi::CheckPageIds(kName, block_table, num_blocks_);
     if (block_size_ > std::numeric_limits<int32_t>::max() ||
         max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
       fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
@@ -85,14 +86,17 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
                   const std::optional<Tensor>& out) const override {
     namespace fi = cuda::flashinfer;
     if (batch_ == 0) return;
-    const int32_t* lens = seq_lens_host->data_as<int32_t>();
+    const std::vector<int64_t> wide =
+        WidenIndices(seq_lens_host->data(), seq_lens_host->dtype(), batch_);
     const int64_t capacity = max_blocks_ * block_size_;
     for (int64_t b = 0; b < batch_; ++b) {
-      POLYOPS_CHECK(lens[b] >= 0 && lens[b] <= capacity, "polyops.", kName,
-                    ": seq_lens_host[", b, "] = ", lens[b],
+      POLYOPS_CHECK(wide[b] >= 0 && wide[b] <= capacity, "polyops.", kName,
+                    ": seq_lens_host[", b, "] = ", wide[b],
                     " must be in [0, max_blocks * block_size = ", capacity,
                     "]");
     }
+    // Exact: capacity <= INT32_MAX (the constructor refused more).
+    const std::vector<int32_t> lens(wide.begin(), wide.end());
     fi::CheckAligned(kName, "query", query.data());
     fi::CheckAligned(kName, "key_cache", key_cache.data());
     fi::CheckAligned(kName, "value_cache", value_cache.data());
@@ -101,7 +105,7 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     fi::PlanInput input;
     input.batch = static_cast<int>(batch_);
     input.q_indptr = q_indptr_.data();
-    input.kv_lens = lens;
+    input.kv_lens = lens.data();
     input.num_qo_heads = static_cast<int>(num_heads_);
     input.num_kv_heads = static_cast<int>(num_kv_heads_);
     input.head_dim = static_cast<int>(head_size_);
@@ -125,7 +129,8 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     args.head_dim = input.head_dim;
     args.sm_scale = scale_;
     fi::PagedTable table;
-    table.table = block_table.data_as<int32_t>();
+    table.table = block_table.data();
+    table.wide = block_table.dtype() == DataType::kInt64;
     table.stride = block_table.stride(0);
     table.num_blocks = num_blocks_;
     fi::Execute(handle, plan, args, &table, small_, large_, fi::NanBits(dtype_),

@@ -71,7 +71,8 @@ class Operator<TopkToppSampling, Device::Type::kCuda, 0>
     } else {
       args.seed = *seed;
     }
-    args.out = out->data_as<int64_t>();
+    args.out = out->data();
+    args.out_int32 = out_dtype_ == DataType::kInt32;
     cuda::Workspace scratch(handle, scratch_bytes_, kName);
     const cudaStream_t stream = cuda::StreamOf(handle);
     DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype_, kName, [&](auto tag) {
