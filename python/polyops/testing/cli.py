@@ -195,7 +195,7 @@ def counts_line(records: Sequence[Record]) -> str:
 
 def _rtol_range(records: Sequence[Record]) -> str:
     values = [r.tolerance for r in records if r.tolerance is not None]
-    return f"rtol {min(values):.1e} to {max(values):.1e} here" if values else "rtol"
+    return f"rtol {min(values):g} to {max(values):g} here" if values else "rtol"
 
 
 def legend(records: Sequence[Record], table: bool) -> str:
