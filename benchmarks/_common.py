@@ -356,6 +356,23 @@ def finish_run_arguments(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def dtype_list(table: Mapping[str, Any]) -> Callable[[str], list[str]]:
+    """An argparse type for ``--dtypes``: comma-separated names, short (``f32``, ``bf16``)
+    or torch's (``float32``, ``bfloat16``), read by polyops' one dtype-name parser
+    (polyops.testing.tensors.parse_dtypes), as the keys of `table` (short name ->
+    torch dtype) in the order given."""
+
+    def parse(text: str) -> list[str]:
+        from polyops.testing.tensors import SHORT_NAMES, parse_dtypes
+
+        try:
+            return [SHORT_NAMES[d] for d in parse_dtypes(text, list(table.values()))]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     value = int(text)

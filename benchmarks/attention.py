@@ -66,6 +66,7 @@ import torch
 from _common import (
     Timing,
     add_run_arguments,
+    dtype_list,
     finish_run_arguments,
     load_average,
     measure,
@@ -369,15 +370,6 @@ def parse_pairs(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
-def parse_dtypes(text: str) -> list[str]:
-    """``"f32,bf16"`` -> ["f32", "bf16"] (keys of :data:`DTYPES`)."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in DTYPES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"dtypes must be among {', '.join(DTYPES)}; got {text!r}")
-    return names
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
@@ -402,7 +394,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--dtypes",
-        type=parse_dtypes,
+        type=dtype_list(DTYPES),
         default=["f32", "bf16"],
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",

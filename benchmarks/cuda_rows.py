@@ -39,7 +39,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from _common import add_run_arguments, finish_run_arguments, measure, print_table, write_json
+from _common import (
+    add_run_arguments,
+    dtype_list,
+    finish_run_arguments,
+    measure,
+    print_table,
+    write_json,
+)
 
 import polyops
 
@@ -261,7 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON; 2 without a CUDA device."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of the ops")
-    parser.add_argument("--dtypes", default="bf16,f32", help=f"subset of {','.join(DTYPES)}")
+    parser.add_argument(
+        "--dtypes",
+        type=dtype_list(DTYPES),
+        default=["bf16", "f32"],
+        help=f"subset of {','.join(DTYPES)} (or torch's names)",
+    )
     parser.add_argument("--inner", type=int, default=20, help="calls per synchronization")
     add_run_arguments(
         parser,
@@ -274,9 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "cuda" not in polyops.devices():
         print("cuda_rows.py: needs a CUDA GPU and polyops built with CUDA", file=sys.stderr)
         return 2
-    entries = [
-        bench(op, dname, args) for op in args.ops.split(",") for dname in args.dtypes.split(",")
-    ]
+    entries = [bench(op, dname, args) for op in args.ops.split(",") for dname in args.dtypes]
     rows = [
         [e["op"], e["dtype"], f"{e['bytes'] / 2**20:.0f}"]
         + [f"{e['us_per_call'][n]:.1f}" for n in (COPY, "polyops", "torch")]

@@ -83,6 +83,7 @@ import torch
 from _common import (
     Timing,
     add_run_arguments,
+    dtype_list,
     finish_run_arguments,
     load_average,
     measure,
@@ -473,7 +474,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--dtypes",
-        type=lambda s: _parse_list(s, list(DTYPES), "dtypes"),
+        type=dtype_list(DTYPES),
         default=["f32", "bf16"],
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: f32,bf16)",

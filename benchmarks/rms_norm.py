@@ -38,6 +38,7 @@ import torch
 from _common import (
     Timing,
     add_run_arguments,
+    dtype_list,
     finish_run_arguments,
     load_average,
     measure,
@@ -73,15 +74,6 @@ def parse_size(text: str) -> tuple[int, int]:
     if len(dims) != 2 or min(dims) < 1:
         raise argparse.ArgumentTypeError(f"expected N or ROWSxCOLS, got {text!r}")
     return dims[0], dims[1]
-
-
-def parse_dtypes(text: str) -> list[str]:
-    """``"f32,bf16"`` -> ["f32", "bf16"] (keys of :data:`DTYPES`)."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in DTYPES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"dtypes must be among {', '.join(DTYPES)}; got {text!r}")
-    return names
 
 
 def candidates_for(
@@ -156,7 +148,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--dtypes",
-        type=parse_dtypes,
+        type=dtype_list(DTYPES),
         default=list(DTYPES),
         metavar="LIST",
         help=f"comma-separated subset of {','.join(DTYPES)} (default: all)",

@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 import polyops
-from polyops.testing import OPS
+from polyops.testing import OPS, known_deviation
 
 MARKER = "ASCEND-RESULT:"
 
@@ -85,18 +85,6 @@ REFUSED_CASES_ON_NPU = {
     ("topk_topp_sampling", "seed"): "seed=",
 }
 
-# (op, case): where the aclnn API (as the double implements it) departs from
-# polyops' contract in a way polyops cannot detect without reading the data.
-# Expected to fail exactly there, on NaN/inf positions, so that a fix or a new
-# deviation shows up; listed in docs/ascend.md.
-KNOWN_DEVIATIONS = {
-    ("flash_attention", "prefill-128x16/4x128-nan-inf"): (
-        "FIA: a query row with a NaN or +inf score is 0, polyops wants NaN"
-    ),
-    ("paged_attention", "decode-8x32/8x128-b16-nan-inf"): (
-        "FIA: a query row with a NaN or +inf score is 0, polyops wants NaN"
-    ),
-}
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +117,10 @@ def test_npu_parity_against_float64_and_cpu(npu_records, op):
     compared = 0
     for r in records:
         where = f"{op} npu:{r['slot']} {r['dtype']} {r['case']}"
-        if (op, r["case"]) in KNOWN_DEVIATIONS and r["status"] != "n/a":
-            assert r["status"] == "fail" and "NaN/inf positions" in r["message"], where
+        # Declared known deviations (polyops.testing.deviations, docs/ascend.md) are
+        # xfail when they fail as declared; xpass (fixed) or a plain fail must show up.
+        if known_deviation(op, "npu", r["dtype"], r["case"]) and r["status"] != "n/a":
+            assert r["status"] == "xfail", f"{where}: {r['status']} {r['message']}"
             continue
         if r["status"] == "n/a":
             refused = [

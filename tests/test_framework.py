@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -308,6 +311,29 @@ print(json.dumps(results))
 """
 
 
+#: POLYOPS_CPU_ISA values that must fail the import: only baseline, avx2 and
+#: avx512, exactly, are accepted (unset or empty: no cap).
+BAD_ISA = ["AVX2", "avx2 ", " ", "bogus", "avx512bf16"]
+
+# Imports polyops under each POLYOPS_CPU_ISA value in turn, in one interpreter:
+# the variable is read once, by the import, and a failed read is retried.
+_ISA_SCRIPT = """
+import json, os, sys
+os.environ.pop("POLYOPS_IMPLEMENTATIONS")
+results = {}
+for value in json.loads(sys.argv[1]):
+    os.environ["POLYOPS_CPU_ISA"] = value
+    try:
+        import polyops
+    except ValueError as error:
+        results[value] = {"error": str(error)}
+    else:
+        results[value] = {"isa": polyops._C._cpu_isa()}
+        del sys.modules["polyops"]
+print(json.dumps(results))
+"""
+
+
 @pytest.fixture(scope="module")
 def environment_runs():
     """Fresh interpreters (same executable, PYTHONPATH inherited) importing polyops
@@ -319,6 +345,7 @@ def environment_runs():
         "imports": [sys.executable, "-c", _ENVIRONMENT_SCRIPT, json.dumps(specs)],
         # A plain `import polyops` with a bad value, left uncaught.
         "crash": [sys.executable, "-c", "import polyops"],
+        "isa": [sys.executable, "-c", _ISA_SCRIPT, json.dumps([*BAD_ISA, "avx2"])],
     }
     processes = {
         name: subprocess.Popen(
@@ -363,6 +390,151 @@ def test_environment_override_rejects_bad_values(environment_runs, case):
     message = result["error"]
     assert message.startswith("POLYOPS_IMPLEMENTATIONS"), message
     assert re.search(BAD_ENVIRONMENT[case][1], message), message
+
+
+@pytest.mark.parametrize("value", BAD_ISA)
+def test_bad_cpu_isa_fails_the_import(environment_runs, value):
+    code, out, err = environment_runs["isa"]
+    assert code == 0, err
+    assert json.loads(out)[value] == {
+        "error": "environment variable POLYOPS_CPU_ISA must be baseline, avx2 or avx512 "
+        f"(or unset: the CPU's own best), got '{value}'"
+    }
+
+
+def test_good_cpu_isa_after_bad_ones(environment_runs):
+    code, out, err = environment_runs["isa"]
+    assert code == 0, err
+    # avx2 caps the variant at AVX2 (baseline on a CPU without AVX2 + FMA + F16C).
+    assert json.loads(out)["avx2"]["isa"] in ("avx2", "baseline")
+
+
+def test_bad_cann_double_dir_is_a_value_error(monkeypatch, tmp_path):
+    # Refused before anything loads, so it is safe in this process.
+    from polyops.testing import use_cann_double
+
+    monkeypatch.setenv("POLYOPS_CANN_DOUBLE_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"^POLYOPS_CANN_DOUBLE_DIR='.*missing': expected the"):
+        use_cann_double()
+
+
+_LIB_DIR_SCRIPT = """
+import os, torch, polyops
+from polyops.testing import use_cann_double
+use_cann_double()
+good = os.environ["POLYOPS_CANN_LIB_DIR"]
+a = torch.ones(4).to("npu")
+os.environ["POLYOPS_CANN_LIB_DIR"] = os.path.join(good, "missing")
+try:
+    polyops.add(a, a)
+except ValueError as error:
+    print(error)
+os.environ["POLYOPS_CANN_LIB_DIR"] = good  # the failed load is retried
+print(polyops.add(a, a).cpu().tolist())
+"""
+
+
+def test_bad_cann_lib_dir_is_a_value_error_at_the_first_npu_op():
+    double = os.path.join(os.path.dirname(polyops.__file__), "_cann_double", "libascendcl.so")
+    if "npu" not in polyops._C._built_devices or not os.path.isfile(double):
+        pytest.skip("polyops was built without the Ascend backend or its CANN test double")
+    child = subprocess.run(
+        [sys.executable, "-c", _LIB_DIR_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.returncode == 0, child.stderr
+    message, result = child.stdout.splitlines()[-2:]
+    assert message.startswith(
+        "environment variable POLYOPS_CANN_LIB_DIR must name a directory holding CANN's "
+        "libascendcl.so (or libacl_rt.so), got '"
+    ), message
+    assert "missing" in message and result == "[2.0, 2.0, 2.0, 2.0]"
+
+
+def test_set_default_implementation_typo_names_the_function_and_the_closest_op():
+    with pytest.raises(
+        ValueError,
+        match=r"^polyops\.set_default_implementation: unknown op 'rms_nrom' "
+        r"\(did you mean 'rms_norm'\?\); known ops: add, ",
+    ):
+        polyops.set_default_implementation("rms_nrom", 0)
+    with pytest.raises(ValueError, match=r"^polyops\.implementations: unknown op 'swigl' \(did"):
+        polyops.implementations("swigl")
+
+
+def test_a_dtype_every_slot_refuses_is_explained_once():
+    # rms_norm's two CPU slots refuse int32 for the same reason: said once.
+    x, w = torch.ones(3, 8, dtype=torch.int32), torch.ones(8, dtype=torch.int32)
+    with pytest.raises(NotImplementedError) as info:
+        polyops.rms_norm(x, w)
+    assert str(info.value) == (
+        "polyops.rms_norm is not supported for input of dtype int32 because it is implemented "
+        "for float16, bfloat16 and float32 only (no other implementation on device 'cpu' "
+        "accepts them either)"
+    )
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _documented_signatures(text: str) -> dict[str, str]:
+    """``op -> "params"``: the first backticked ``op(params)`` of each operator in the
+    tables of `text`."""
+    found = {}
+    rows = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+    for segment in re.findall(r"`([^`]+)`", rows):
+        name, _, rest = segment.partition("(")
+        if name not in polyops.operators() or not rest:
+            continue
+        depth = 1
+        for end, char in enumerate(rest):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                found.setdefault(name, rest[:end])
+                break
+    return found
+
+
+def _parameters(params: str) -> list[tuple]:
+    """(name, kind, default) of each parameter of a signature's text."""
+    args = ast.parse(f"def f({params}): pass").body[0].args
+    positional = [(a.arg, "positional") for a in args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + [
+        ast.literal_eval(d) for d in args.defaults
+    ]
+    keyword = [(a.arg, "keyword") for a in args.kwonlyargs]
+    kw_defaults = [None if d is None else ast.literal_eval(d) for d in args.kw_defaults]
+    return [(*p, d) for p, d in zip(positional + keyword, defaults + kw_defaults, strict=True)]
+
+
+def _binding_parameters(op: str) -> list[tuple]:
+    kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional"}
+    return [
+        (p.name, kinds.get(p.kind, "keyword"), None if p.default is p.empty else p.default)
+        for p in inspect.signature(getattr(polyops, op)).parameters.values()
+        if p.name not in ("implementation_index", "stream")
+    ]
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/api.md"])
+def test_documented_signatures_are_the_bindings(document):
+    # Every op's signature in the document's op table, `out=None` included, is the
+    # binding's (less the implementation_index= and stream= every op takes).
+    signatures = _documented_signatures((ROOT / document).read_text())
+    assert sorted(signatures) == sorted(polyops.operators())
+    for op, params in signatures.items():
+        assert _parameters(params) == _binding_parameters(op), (document, op, params)
+
+
+def test_api_operator_table_is_one_table():
+    # A blank line ends a markdown table: every op must be a row of the one table.
+    text = (ROOT / "docs" / "api.md").read_text()
+    lines = text[text.index("| op | semantics |") :].splitlines()
+    rows = lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    assert sorted(_documented_signatures("\n".join(rows))) == sorted(polyops.operators())
 
 
 # ---------------------------------------------------------------------------

@@ -40,6 +40,10 @@ if _major_minor(_C._torch_version) != _major_minor(torch.__version__):
 # from the onednn-cpu-gomp wheel when installed, else the loader's path.
 _C._onednn_set_library(_onednn.library_path() or "")
 
+# Reads POLYOPS_CPU_ISA now, so that a bad value fails the import with a
+# ValueError (docs/api.md, "Environment variables") instead of a kernel call.
+_C._cpu_isa()
+
 # The operators, as generated from src/base/*.h.
 add = _C.add
 add_rms_norm = _C.add_rms_norm
@@ -100,8 +104,9 @@ def set_default_implementation(op: str, index: int | None, device: str | None = 
     slot `index` (at least one must); an explicit device must have it.
     Raises ValueError for an unknown op, device or slot.
     """
-    if device is not None:
-        _C._set_default_implementation(op, index, device)
+    if device is not None or op not in _C._operators:
+        # An unknown op raises here, naming this function and the closest op name.
+        _C._set_default_implementation(op, index, device or "cpu")
         return
     targets = _C._built_devices
     if index is not None:

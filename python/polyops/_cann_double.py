@@ -45,6 +45,13 @@ def default_library_dir() -> pathlib.Path:
 
 
 def _choose_dir(library_dir: str | os.PathLike[str] | None) -> pathlib.Path:
+    if library_dir is None and (named := os.environ.get(DOUBLE_DIR_ENV)):
+        if not (pathlib.Path(named).expanduser() / "libascendcl.so").is_file():
+            raise ValueError(
+                f"{DOUBLE_DIR_ENV}={named!r}: expected the directory of the CANN test "
+                "double's libraries (holding its libascendcl.so); unset it for the "
+                "one polyops builds"
+            )
     if library_dir is None:
         library_dir = os.environ.get(DOUBLE_DIR_ENV) or default_library_dir()
     return pathlib.Path(library_dir).expanduser().resolve()

@@ -13,13 +13,18 @@
 namespace polyops::ascend {
 namespace {
 
-// Where CANN is looked for, in order: the directory use_cann_double() (or
-// the user) names, the toolkit that set_env.sh describes, the loader path.
+// POLYOPS_CANN_LIB_DIR: the directory use_cann_double() (or the user)
+// names; nullptr when unset or empty.
+const char* NamedDirectory() {
+  const char* dir = std::getenv("POLYOPS_CANN_LIB_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : nullptr;
+}
+
+// Where CANN is looked for, in order: the directory NamedDirectory()
+// names, the toolkit that set_env.sh describes, the loader path.
 std::vector<std::string> SearchDirectories() {
   std::vector<std::string> directories;
-  if (const char* dir = std::getenv("POLYOPS_CANN_LIB_DIR")) {
-    directories.emplace_back(dir);
-  }
+  if (const char* dir = NamedDirectory()) directories.emplace_back(dir);
   for (const char* variable : {"ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) {
     if (const char* home = std::getenv(variable)) {
       directories.push_back(std::string(home) + "/lib64");
@@ -84,6 +89,16 @@ void Load(Libraries& state) {
     if (runtime) {
       found_in = dir;
       break;
+    }
+    // A named directory without a runtime is a mistake to report, not a
+    // reason to load another CANN from further down the list.
+    if (const char* named = NamedDirectory(); named && dir == named) {
+      const char* why = dlerror();
+      throw InvalidArgument(detail::Concat(
+          "environment variable POLYOPS_CANN_LIB_DIR must name a directory "
+          "holding CANN's libascendcl.so (or libacl_rt.so), got '",
+          named, "': ", why ? why : "not loadable",
+          " (unset it to search ASCEND_HOME_PATH and the loader path)"));
     }
   }
   if (!runtime) {

@@ -159,7 +159,10 @@ class Operator<Key, Device::Type::kAny, -1> {
     } catch (const NotImplemented& error) {
       refusal = error.what();
     }
-    std::string others;  // the other slots' refusals, for the final error
+    // The other slots' refusals, for the final error: only those that say
+    // something else (slots sharing a dtype check refuse alike).
+    std::string others;
+    bool other_slots = false;
     const SlotTable& table = state.Slots(device.type);
     for (int i = 0; i < table.count; ++i) {
       const int index = table.slots[i].index;
@@ -168,8 +171,11 @@ class Operator<Key, Device::Type::kAny, -1> {
       try {
         made = construct(index);
       } catch (const NotImplemented& error) {
-        others += detail::Concat("; ", index, " (", table.slots[i].name,
-                                 "): ", error.what());
+        other_slots = true;
+        if (refusal != error.what()) {
+          others += detail::Concat("; ", index, " (", table.slots[i].name,
+                                   "): ", error.what());
+        }
         continue;
       }
       std::shared_ptr<OperatorBase> cached = cache.Insert(
@@ -181,7 +187,7 @@ class Operator<Key, Device::Type::kAny, -1> {
       }
       return std::static_pointer_cast<Key>(std::move(cached));
     }
-    if (others.empty()) throw NotImplemented(refusal);
+    if (!other_slots) throw NotImplemented(refusal);
     throw NotImplemented(detail::Concat(
         refusal, " (no other implementation on device '",
         DeviceTypeName(device.type), "' accepts them either", others, ")"));

@@ -47,11 +47,8 @@ namespace polyops::cpu {
 // Whether the CPU has AVX512_BF16 on top of HasAvx512(), unless
 // POLYOPS_CPU_ISA=avx512 (tests run the integer rounding path with it).
 inline bool HasAvx512Bf16() {
-  static const bool has = [] {
-    const char* cap = std::getenv("POLYOPS_CPU_ISA");
-    return HasAvx512() && __builtin_cpu_supports("avx512bf16") &&
-           !(cap && std::strcmp(cap, "avx512") == 0);
-  }();
+  static const bool has = HasAvx512() && __builtin_cpu_supports("avx512bf16") &&
+                          CpuIsaLimit() == IsaLimit::kNone;
   return has;
 }
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define POLYOPS_HAVE_F16C_PATH 1
@@ -54,27 +56,26 @@ bool HasF16c() {
 
 }  // namespace
 
-namespace {
-
-// POLYOPS_CPU_ISA=baseline|avx2 caps the kernels' ISA below what the CPU
-// has, so tests can run every variant on one machine (=avx512 keeps
-// AVX-512 but not AVX512_BF16: see HasAvx512Bf16 in cpu/avx512_rows.h).
-int IsaCap() {
-  static const int cap = [] {
+IsaLimit CpuIsaLimit() {
+  // A throw leaves the static uninitialized: every later call throws again.
+  static const IsaLimit limit = [] {
     const char* value = std::getenv("POLYOPS_CPU_ISA");
-    if (!value) return 2;
-    if (std::strcmp(value, "baseline") == 0) return 0;
-    if (std::strcmp(value, "avx2") == 0) return 1;
-    return 2;
+    if (value == nullptr || *value == '\0') return IsaLimit::kNone;
+    if (std::strcmp(value, "baseline") == 0) return IsaLimit::kBaseline;
+    if (std::strcmp(value, "avx2") == 0) return IsaLimit::kAvx2;
+    if (std::strcmp(value, "avx512") == 0) return IsaLimit::kAvx512NoBf16;
+    throw InvalidArgument(detail::Concat(
+        "environment variable POLYOPS_CPU_ISA must be baseline, avx2 or avx512 "
+        "(or unset: the CPU's own best), got '",
+        value, "'"));
   }();
-  return cap;
+  return limit;
 }
-
-}  // namespace
 
 bool HasAvx2() {
 #ifdef POLYOPS_HAVE_F16C_PATH
-  static const bool has = IsaCap() >= 1 && __builtin_cpu_supports("avx2") &&
+  static const bool has = CpuIsaLimit() >= IsaLimit::kAvx2 &&
+                          __builtin_cpu_supports("avx2") &&
                           __builtin_cpu_supports("fma") && HasF16c();
   return has;
 #else
@@ -85,8 +86,8 @@ bool HasAvx2() {
 bool HasAvx512() {
 #ifdef POLYOPS_HAVE_F16C_PATH
   static const bool has =
-      IsaCap() >= 2 && HasAvx2() && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512bw") &&
+      CpuIsaLimit() >= IsaLimit::kAvx512NoBf16 && HasAvx2() &&
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return has;
 #else

@@ -70,8 +70,17 @@ POLYOPS_INLINE void Store(T* ptr, ComputeType<T> value) {
 void HalfToFloat(const Half* src, float* dst, int64_t n);
 void FloatToHalf(const float* src, Half* dst, int64_t n);
 
+// POLYOPS_CPU_ISA, read once: caps the kernels' ISA below what the CPU
+// has, so tests can run every variant on one machine. Unset or empty: no
+// cap; avx512 keeps AVX-512 but not AVX512_BF16 (HasAvx512Bf16 in
+// cpu/avx512_rows.h). Any other value throws InvalidArgument naming the
+// variable; `import polyops` reads it (polyops._C._cpu_isa), so a bad value
+// fails the import rather than a kernel call.
+enum class IsaLimit { kBaseline, kAvx2, kAvx512NoBf16, kNone };
+IsaLimit CpuIsaLimit();
+
 // Whether the CPU runs AVX2 + FMA + F16C code, and AVX-512 (F, BW, VL,
-// DQ) on top (each checked once).
+// DQ) on top (each checked once), within CpuIsaLimit().
 bool HasAvx2();
 bool HasAvx512();
 

@@ -1,5 +1,6 @@
 // The polyops._C extension: the generated op functions plus the framework
 // functions that python/polyops wraps.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,16 +23,44 @@
 namespace polyops::python {
 namespace {
 
+// The Levenshtein distance between a and b (one row of the table).
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 OpState& LookUpOp(const std::string& op, const char* caller) {
   OpState* state = FindOpState(op);
   if (!state) {
     std::string known;
+    std::string closest;
+    size_t best = 3;  // a suggestion at most 2 edits away (a typo)
     for (OpState* each : AllOpStates()) {
       known += known.empty() ? "" : ", ";
       known += each->name();
+      const size_t distance = EditDistance(op, each->name());
+      if (distance < best) {
+        best = distance;
+        closest = each->name();
+      }
     }
+    const std::string hint =
+        closest.empty() ? ""
+                        : detail::Concat(" (did you mean '", closest, "'?)");
     throw InvalidArgument(detail::Concat("polyops.", caller, ": unknown op '",
-                                         op, "'; known ops: ", known));
+                                         op, "'", hint,
+                                         "; known ops: ", known));
   }
   return *state;
 }
@@ -247,7 +276,10 @@ PYBIND11_MODULE(_C, module) {
              py::arg("path"));
   // The ISA variant the CPU row and attention kernels run on (the CPU's
   // flags capped by POLYOPS_CPU_ISA): "avx512", "avx2" or "baseline".
+  // ValueError for a bad POLYOPS_CPU_ISA, on any CPU (`import polyops`
+  // calls it).
   module.def("_cpu_isa", [] {
+    cpu::CpuIsaLimit();
     return std::string(cpu::HasAvx512() ? "avx512"
                        : cpu::HasAvx2() ? "avx2"
                                         : "baseline");

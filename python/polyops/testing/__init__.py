@@ -13,6 +13,9 @@ dtype and returns :class:`Record` s; the test suite (tests/test_parity.py) and
 load the CANN test double and, without torch_npu, registers a test "npu"
 device; :func:`cann_calls` returns the double's call log (docs/ascend.md).
 
+:data:`KNOWN_DEVIATIONS` (:mod:`polyops.testing.deviations`) declares the
+cases a device is known to fail and why: their records are ``xfail``.
+
 Example::
 
     from polyops.testing import run_parity
@@ -22,6 +25,7 @@ Example::
 from __future__ import annotations
 
 from polyops._cann_double import cann_calls, clear_cann_calls, use_cann_double
+from polyops.testing.deviations import KNOWN_DEVIATIONS, KnownDeviation, known_deviation
 from polyops.testing.ops import OPS, Call, Case, Inputs, OpInfo
 from polyops.testing.references import (
     ATTENTION,
@@ -38,6 +42,7 @@ __all__ = [
     "ATTENTION",
     "EXACT",
     "FLOAT32_COMPUTE",
+    "KNOWN_DEVIATIONS",
     "OPS",
     "PRODUCT",
     "ROUNDED",
@@ -45,12 +50,14 @@ __all__ = [
     "Call",
     "Case",
     "Inputs",
+    "KnownDeviation",
     "OpInfo",
     "Record",
     "Tolerance",
     "cann_calls",
     "clear_cann_calls",
     "compare",
+    "known_deviation",
     "run_case",
     "run_parity",
     "targets_of",

@@ -4,9 +4,11 @@ One :class:`Record` per (op, device, slot, dtype, case). Its status is
 ``ok`` (every result within tolerance of the float64 reference), ``fail``,
 ``error`` (the call raised anything but NotImplementedError, or the case or
 reference could not be built) or ``n/a`` (NotImplementedError: that device
-or slot does not do it; the reason is in ``message``). On a device other
-than CPU the record also holds the difference from CPU's default slot on the
-same inputs. Where the op has a rule for the device (``OpInfo.device_rules``:
+or slot does not do it; the reason is in ``message``). A case declared in
+:data:`~polyops.testing.deviations.KNOWN_DEVIATIONS` is ``xfail`` when it
+fails as declared (the reason leads ``message``) and ``xpass`` when it
+passes. On a device other than CPU the record also holds the difference
+from CPU's default slot on the same inputs. Where the op has a rule for the device (``OpInfo.device_rules``:
 topk_topp_sampling on npu) the rule decides ok/fail instead of the reference
 comparison, and the errors count the failing rows.
 """
@@ -22,11 +24,14 @@ from typing import NamedTuple
 import torch
 
 import polyops
+from polyops.testing.deviations import known_deviation
 from polyops.testing.ops import OPS, Case, Inputs, OpInfo, drop_none
 from polyops.testing.references import EXACT, Tolerance
 from polyops.testing.tensors import dtype_name
 
-STATUSES = ("ok", "fail", "error", "n/a")
+STATUSES = ("ok", "fail", "error", "n/a", "xfail", "xpass")
+#: The statuses that make a run fail: anything undeclared that did not pass.
+FAILING = ("fail", "error")
 
 
 @dataclass
@@ -226,15 +231,20 @@ def run_case(
                 worst, tol = _compare_all(info, case, results, expected)
             else:
                 worst, tol = _apply_rule(rule, results, host)
+        status, message = "ok" if worst.ok else "fail", worst.message
+        declared = known_deviation(info.name, device, dtype_name(dtype), case.name)
+        if declared is not None and (worst.ok or declared.fails_with in message):
+            status = "xpass" if worst.ok else "xfail"
+            message = f"known deviation: {declared.reason}" + (f"; {message}" if message else "")
         rec = record(
             device,
             slot,
-            "ok" if worst.ok else "fail",
+            status,
             max_abs_err=worst.max_abs_err,
             max_rel_err=worst.max_rel_err,
             tolerance=tol.rtol,
             atol=tol.atol,
-            message=worst.message,
+            message=message,
         )
         if device != "cpu":
             if cpu_results is None:

@@ -31,6 +31,54 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 DTYPES_BY_NAME = {dtype_name(d): d for d in ALL_DTYPES}
 
+#: The short names the benchmarks and tables print, e.g. ``torch.bfloat16`` -> ``"bf16"``.
+SHORT_NAMES = {
+    F16: "f16",
+    BF16: "bf16",
+    F32: "f32",
+    F64: "f64",
+    I8: "i8",
+    I16: "i16",
+    I32: "i32",
+    I64: "i64",
+    U8: "u8",
+    torch.bool: "bool",
+}
+
+_BY_ANY_NAME = {
+    **DTYPES_BY_NAME,
+    **{short: dtype for dtype, short in SHORT_NAMES.items()},
+    **{f"torch.{name}": dtype for name, dtype in DTYPES_BY_NAME.items()},
+}
+
+
+def parse_dtypes(
+    text: str | Sequence[str], allowed: Sequence[torch.dtype] = ALL_DTYPES
+) -> list[torch.dtype]:
+    """Dtype names, comma-separated in one string or a list of such strings, in
+    order and without repeats: torch's names (``float32``, ``torch.float32``) or
+    the short ones (``f32``, ``bf16``, ``i8``, ``u8``, ...); case and spaces do
+    not matter. Every parser of dtype names in polyops (the parity command, the
+    benchmarks) goes through here.
+
+    Raises ValueError for a name outside `allowed`, or when no name is given.
+    """
+    values = [text] if isinstance(text, str) else list(text)
+    names = [n.strip() for value in values for n in value.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"no dtype named in {', '.join(map(repr, values)) or 'nothing'}")
+    allowed = list(allowed)
+    chosen: list[torch.dtype] = []
+    for name in names:
+        dtype = _BY_ANY_NAME.get(name.lower())
+        if dtype not in allowed:
+            choices = ", ".join(f"{SHORT_NAMES[d]} ({dtype_name(d)})" for d in allowed)
+            what = "unknown dtype" if dtype is None else "dtype not accepted here:"
+            raise ValueError(f"{what} {name!r}; choose from {choices}")
+        if dtype not in chosen:
+            chosen.append(dtype)
+    return chosen
+
 
 def make_tensor(
     shape: Sequence[int],
