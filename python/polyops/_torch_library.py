@@ -168,21 +168,34 @@ def _inductor_lowers_storage_offset() -> bool:
     return torch.ops.aten.sym_storage_offset.default in lowerings
 
 
-def pin_storage_offset(tensor: torch.Tensor | None) -> None:
-    """Specialize a written tensor's symbolic storage offset to its value.
+def pin_storage_offset(tensor: torch.Tensor | None, op: str, name: str) -> None:
+    """Make a written tensor's symbolic storage offset concrete.
 
     Inductor has no lowering for ``aten.sym_storage_offset``
-    (pytorch/pytorch#198068): when an op writes a view made inside the
-    compiled function whose offset depends on a dynamic size
-    (``out=x[2]`` under ``dynamic=True``), the compiled code writes at
-    offset 0. A concrete offset compiles correctly; it costs one compile per
-    distinct offset. See docs/torch.md, "torch.compile limitations".
+    (pytorch/pytorch#198068): when an op writes a view whose offset depends
+    on a dynamic size (``out=x[2]`` under ``dynamic=True``), the compiled code
+    writes at offset 0. This specializes the sizes the offset depends on to
+    their values (guards: one compile per distinct value), after which the
+    offset is a constant Inductor handles. An offset that depends on a
+    data-dependent size cannot be specialized and is refused. See
+    docs/torch.md, "torch.compile limitations".
     """
     if tensor is None:
         return
     offset = tensor.storage_offset()
-    if isinstance(offset, torch.SymInt) and not _inductor_lowers_storage_offset():
-        int(offset)  # guards on the value
+    if not isinstance(offset, torch.SymInt) or _inductor_lowers_storage_offset():
+        return
+    env = offset.node.shape_env
+    for symbol in sorted(offset.node.expr.free_symbols, key=str):
+        if not env.has_guarding_hint(symbol):
+            raise NotImplementedError(
+                f"polyops.{op}: {name} is a view whose storage offset ({offset}) depends on a "
+                "data-dependent size; torch.compile's Inductor would write it at offset 0 "
+                "(it has no lowering for aten.sym_storage_offset): pass a tensor whose offset "
+                "does not depend on the data"
+            )
+        hint = env.guarding_hint_or_throw(symbol)
+        int(env.create_symintnode(symbol, hint=hint))  # guards symbol == hint
 
 
 def _make_fake(
@@ -198,7 +211,7 @@ def _make_fake(
     def fake(*args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...] | None:
         values = {**defaults, **dict(zip(positional, args, strict=False)), **kwargs}
         for name in written:
-            pin_storage_offset(values[name])
+            pin_storage_offset(values[name], op, name)
         check(op, overload, values)
         results = tuple(rule(values) for rule in rules)
         if not results:

@@ -170,10 +170,11 @@ def _rotary_embedding(
         )
 
     def tokens(tensor: torch.Tensor, name: str) -> torch.Tensor:
-        # A view, so the rotation lands in the caller's tensor.
+        # A view, so the rotation lands in the caller's tensor. (torch raises
+        # RuntimeError for real tensors, ValueError for fake ones.)
         try:
             return tensor.view(-1, *tensor.shape[lead:])
-        except RuntimeError:
+        except (RuntimeError, ValueError):
             raise ValueError(
                 f"{label}: {name} of shape {_shape(tensor)} and strides {list(tensor.stride())} "
                 f"cannot be read as tokens: its dims {list(leading)} must be one strided run "
@@ -240,12 +241,15 @@ def _kernel(qualname: str) -> Callable[..., None]:
 def _fake(qualname: str) -> Callable[..., None]:
     """Every mapped op only mutates its arguments: the fake validates, allocates nothing."""
     call = _CALLS[qualname]
-    arguments = torch._C.parse_schema(f"{qualname.split('::')[0]}::{SCHEMAS[qualname]}").arguments
-    written = [i for i, a in enumerate(arguments) if a.alias_info and a.alias_info.is_write]
+    namespace, name = qualname.split("::")
+    arguments = torch._C.parse_schema(f"{namespace}::{SCHEMAS[qualname]}").arguments
+    written = [
+        (i, a.name) for i, a in enumerate(arguments) if a.alias_info and a.alias_info.is_write
+    ]
 
     def fake(*args: object) -> None:
-        for index in written:
-            _torch_library.pin_storage_offset(args[index])
+        for index, argument in written:
+            _torch_library.pin_storage_offset(args[index], f"{namespace}.{name}", argument)
         op, values, note = call(*args)
         _noting(note, lambda: _torch_library.check(op, "", values))
 
