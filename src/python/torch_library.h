@@ -110,37 +110,42 @@ inline void RefuseAutograd(const c10::OperatorHandle& op,
   if (at::GradMode::is_enabled()) {
     const auto& arguments = op.schema().arguments();
     const auto values = torch::jit::last(*stack, arguments.size());
-    // The messages say "polyops.<label>": "polyops::add" -> "add"; an op
-    // polyops serves under another name keeps it: "_C::rms_norm" ->
-    // "_C.rms_norm".
-    std::string label = op.schema().name();
-    const size_t separator = label.find("::");
-    if (label.compare(0, separator, "polyops") == 0) {
-      label.erase(0, separator + 2);
-    } else {
-      label.replace(separator, 2, ".");
-    }
-    const auto each_tensor = [&](auto&& check) {
+    const auto each_tensor = [&](auto&& visit) {
       for (size_t i = 0; i < arguments.size(); ++i) {
-        const char* name = arguments[i].name().c_str();
-        if (values[i].isTensor()) check(values[i].toTensor(), i, name);
+        if (values[i].isTensor()) visit(values[i].toTensor(), arguments[i]);
         if (values[i].isTensorList()) {
-          for (const at::Tensor& tensor : values[i].toTensorList().vec()) {
-            check(tensor, i, name);
+          for (const c10::IValue& item : values[i].toListRef()) {
+            visit(item.toTensor(), arguments[i]);
           }
         }
       }
     };
-    TranslateErrors([&] {
-      each_tensor([&](const at::Tensor& tensor, size_t i, const char* name) {
-        const c10::AliasInfo* alias = arguments[i].alias_info();
-        if (alias && alias->isWrite())
-          CheckWritable(tensor, label.c_str(), name);
-      });
-      each_tensor([&](const at::Tensor& tensor, size_t, const char* name) {
-        CheckNoGrad(tensor, label.c_str(), name);
-      });
+    bool requires_grad = false;
+    each_tensor([&](const at::Tensor& tensor, const c10::Argument&) {
+      requires_grad = requires_grad || tensor.requires_grad();
     });
+    if (requires_grad) {  // then the checks below raise
+      // The messages say "polyops.<label>": "polyops::add" -> "add"; an op
+      // polyops serves under another name keeps it: "_C::rms_norm" ->
+      // "_C.rms_norm".
+      std::string label = op.schema().name();
+      const size_t separator = label.find("::");
+      if (label.compare(0, separator, "polyops") == 0) {
+        label.erase(0, separator + 2);
+      } else {
+        label.replace(separator, 2, ".");
+      }
+      TranslateErrors([&] {
+        each_tensor([&](const at::Tensor& tensor, const c10::Argument& arg) {
+          if (arg.alias_info() && arg.alias_info()->isWrite()) {
+            CheckWritable(tensor, label.c_str(), arg.name().c_str());
+          }
+        });
+        each_tensor([&](const at::Tensor& tensor, const c10::Argument& arg) {
+          CheckNoGrad(tensor, label.c_str(), arg.name().c_str());
+        });
+      });
+    }
   }
   op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }

@@ -24,7 +24,9 @@ Ops, with vLLM's schemas verbatim (:data:`SCHEMAS`, from vLLM's
   default slot and the report says so.
 * ``_C::rotary_embedding(positions, query, key, head_size, cos_sin_cache,
   is_neox)`` -> ``polyops.rotary_embedding`` in place; positions of any shape
-  whose dims lead query's (vLLM's older [batch, seq] layout) are flattened.
+  whose dims lead query's and key's (vLLM's older [batch, seq] layout) are
+  flattened with them (ValueError naming the shapes when they differ, or when
+  query/key's leading dims cannot be viewed as one token dim).
 * ``_C_cache_ops::reshape_and_cache_flash(key, value, key_cache, value_cache,
   slot_mapping, kv_cache_dtype, k_scale, v_scale)`` -> ``polyops.reshape_and_cache``
   for ``kv_cache_dtype == "auto"`` (the scales are then unused, as in vLLM);
@@ -36,9 +38,12 @@ Dispatch keys: CPU, CUDA and PrivateUse1 (the "npu" device), for the devices
 polyops was built for. An op vLLM's extension already defined keeps its
 schema and its kernels: polyops only fills the dispatch keys that have no
 kernel, and leaves an op alone when vLLM's schema differs from the one above
-(another vLLM version). Each op gets a fake (meta) implementation, so
-torch.compile traces it. Attention and sampling are not mapped: see
-docs/vllm.md for why, and for every known difference from vLLM.
+(another vLLM version). Each op gets a fake (meta) implementation that
+validates the polyops call it maps to, so torch.compile traces it and a bad
+call fails while tracing, and an Autograd kernel that refuses tensors
+requiring grad (no op has a backward) on the keys polyops serves. Attention
+and sampling are not mapped: see docs/vllm.md for why, and for every known
+difference from vLLM.
 """
 
 from __future__ import annotations
