@@ -831,12 +831,7 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
                 f"    const std::optional<Tensor> {name} = {view}({name}_t, {op}, {quoted});"
             )
             if name in optional:  # an optional input's in-place output, e.g. key_out
-                alias = spec.params[_alias_index(spec, param)].name
-                lines.append(
-                    f'    POLYOPS_CHECK(!{alias} || {name}, "torch.ops.polyops.{overload.qualified}'
-                    f": {name} is required when {alias} is given (use "
-                    f'torch.ops.polyops.{spec.name} to update {alias} in place)");'
-                )
+                lines.append(_alias_given(spec, param, f'"{overload.qualified}"'))
         elif _camel(name) in spec.defaults:
             allocated.append(name)
             lines.append(
@@ -869,6 +864,105 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
     return "\n".join(lines)
 
 
+def _alias_given(spec: OpSpec, output: Param, qualified: str, indent: str = "    ") -> str:
+    """CheckAliasGiven for the in-place output of an optional input (rotary's key_out)."""
+    alias = spec.params[_alias_index(spec, output)].name
+    return (
+        f"{indent}CheckAliasGiven({alias}.has_value(), {output.name}.has_value(), {qualified}, "
+        f'"{spec.name}", "{alias}", "{output.name}");'
+    )
+
+
+# C++ parameter type -> the MetaArguments accessor that reads it (docs/torch.md, fakes).
+META_ACCESSORS = {
+    "Tensor": "View",
+    "std::optional<Tensor>": "OptionalView",
+    "std::vector<Tensor>": "Views",
+    "ScalarOrTensor": "ScalarOrView",
+}
+
+
+def emit_meta_check(spec: OpSpec) -> str:
+    """Check<Op>Meta: the base class constructor on views without data (CheckMeta)."""
+    cls, op = spec.class_name, f'"{spec.name}"'
+    params = ", ".join(_cpp_arg_type(p) for p in spec.params)
+    lines = [
+        f"class MetaCheck{cls} final : public {cls} {{",
+        " public:",
+        f"  using {cls}::{cls};",
+        f"  void operator()(const Handle&, {params}) const override {{}}",
+        "};",
+        "",
+        f"py::list Check{cls}Meta(const MetaArguments& args, bool is_out,",
+        "                         const char* qualified) {",
+    ]
+    for param in spec.params:
+        name = f'"{param.name}"'
+        if param.cpp_type in META_ACCESSORS:
+            const = "" if param.is_output else "const "
+            accessor = META_ACCESSORS[param.cpp_type]
+            lines.append(f"  {const}{param.cpp_type} {param.name} = args.{accessor}({name});")
+            continue
+        convert = PY_TYPES[param.cpp_type]
+        if param.cpp_type.startswith("std::optional"):
+            lines += [
+                f"  {param.cpp_type} {param.name};",
+                f"  if (PyObject* given = args.Get({name})) {{",
+                f"    {param.name} = {convert.format(v='given', op=op, name=name)};",
+                "  }",
+            ]
+        elif param.default is not None:
+            value = convert.format(v=f"args.Get({name})", op=op, name=name)
+            lines.append(
+                f"  const {param.cpp_type} {param.name} = args.Get({name}) ? {value} : "
+                f"{param.cpp_type}({param.default});"
+            )
+        else:
+            value = convert.format(v=f"args.Required({name})", op=op, name=name)
+            lines.append(f"  const {param.cpp_type} {param.name} = {value};")
+    inputs = ", ".join(p.name for p in spec.inputs)
+    lines.append("  py::list allocated;")
+    for param in spec.outputs:
+        camel = _camel(param.name)
+        if camel in spec.defaults:
+            lines += [
+                f"  if (!{param.name}) {{",
+                f"    {param.name} = Placeholder({cls}::Default{camel}({inputs}), args.Like());",
+                f"    allocated.append(MetaResult(*{param.name}));",
+                "  }",
+            ]
+        elif spec.params[_alias_index(spec, param)].cpp_type == "std::optional<Tensor>":
+            lines += ["  if (is_out) {", _alias_given(spec, param, "qualified"), "  }"]
+    args = ", ".join(p.name for p in spec.params)
+    lines += [f"  [[maybe_unused]] const MetaCheck{cls} checked({args});", "  return allocated;"]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def emit_check_meta(specs: list[OpSpec]) -> str:
+    """CheckMeta (python/torch_library.h): the op's Check<Op>Meta."""
+    lines = [
+        "py::list CheckMeta(const std::string& op, const std::string& overload,",
+        "                   const py::dict& values) {",
+        '  const std::string qualified = overload.empty() ? op : op + "." + overload;',
+        "  const bool is_out =",
+        '      overload.size() >= 3 && overload.substr(overload.size() - 3) == "out";',
+    ]
+    for spec in specs:
+        first = _first_tensor(spec).name
+        lines += [
+            f'  if (op == "{spec.name}") {{',
+            f"    return Check{spec.class_name}Meta(",
+            f'        MetaArguments(values, "{spec.name}", "{first}"), is_out, qualified.c_str());',
+            "  }",
+        ]
+    lines += [
+        '  throw InvalidArgument(detail::Concat("polyops: no op named \'", op, "\'"));',
+        "}",
+    ]
+    return "\n".join(lines)
+
+
 def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
     overloads = [o for spec in specs for o in torch_overloads(spec)]
     lines = [
@@ -884,7 +978,9 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         "",
     ]
     lines += [emit_torch_kernel(o) + "\n" for o in overloads]
-    lines += ["}  // namespace", "", "const std::vector<TorchOverload>& TorchOverloads() {"]
+    lines += [emit_meta_check(spec) + "\n" for spec in specs]
+    lines += ["}  // namespace", "", emit_check_meta(specs), ""]
+    lines += ["const std::vector<TorchOverload>& TorchOverloads() {"]
     lines.append("  static const auto* overloads = new std::vector<TorchOverload>{")
     for o in overloads:
         returns = ", ".join(f'"{p.name}"' for p in o.returns)
@@ -914,7 +1010,12 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         lines += [
             f'  made.back()->impl("{o.qualified}", TORCH_FN({o.function}));' for o in overloads
         ]
-    for key in ("Negative", "Conjugate"):
+    boxed = {
+        "Negative": "RejectMathBits",
+        "Conjugate": "RejectMathBits",
+        "Autograd": "RefuseAutograd",
+    }
+    for key, function in boxed.items():
         lines += [
             "  made.push_back(std::make_unique<torch::Library>(",
             f'      torch::Library::IMPL, "polyops", c10::DispatchKey::{key}, '
@@ -922,7 +1023,7 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         ]
         lines += [
             f'  made.back()->impl("{o.qualified}", '
-            "torch::CppFunction::makeFromBoxedFunction<&RejectMathBits>());"
+            f"torch::CppFunction::makeFromBoxedFunction<&{function}>());"
             for o in overloads
         ]
     lines += [

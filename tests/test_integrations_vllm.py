@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -261,3 +262,220 @@ def test_npu_through_the_cann_double():
         assert error < 1e-4, (op, error)
     assert result["vllm_bits"]
     assert "npu" not in result["note"]
+
+
+# --- autograd, fakes and written views under torch.compile ---------------------------------
+
+
+def _vllm_calls() -> dict[str, Callable[[], list]]:
+    """qualname -> fresh arguments of a valid call, in vLLM's order."""
+    g = torch.Generator().manual_seed(5)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g)
+
+    return {
+        "_C::rms_norm": lambda: [torch.empty(3, 64), randn(3, 64), randn(64), 1e-6],
+        "_C::fused_add_rms_norm": lambda: [randn(3, 64), randn(3, 64), randn(64), 1e-6],
+        "_C::silu_and_mul": lambda: [torch.empty(3, 32), randn(3, 64)],
+        "_C::rotary_embedding": lambda: [
+            torch.tensor([0, 3, 7, 15, 2]),
+            randn(5, 128),
+            randn(5, 64),
+            64,
+            randn(16, 64),
+            True,
+        ],
+        "_C_cache_ops::reshape_and_cache_flash": lambda: [
+            randn(3, 2, 16),
+            randn(3, 2, 16),
+            torch.zeros(4, 4, 2, 16),
+            torch.zeros(4, 4, 2, 16),
+            torch.tensor([5, -1, 13]),
+            "auto",
+            torch.ones(()),
+            torch.ones(()),
+        ],
+    }
+
+
+def _op(qualname: str) -> torch._ops.OpOverload:
+    namespace, name = qualname.split("::")
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def _meta_leaf(value: object) -> object:
+    if not isinstance(value, torch.Tensor):
+        return value
+    return torch.empty_like(value, device="meta").requires_grad_(value.requires_grad)
+
+
+@pytest.mark.parametrize("qualname", list(polyops_vllm.SCHEMAS))
+def test_tensors_that_require_grad_are_refused(qualname):
+    op = _op(qualname)
+    label = qualname.replace("::", ".")
+    arguments = op._schema.arguments
+    make = _vllm_calls()[qualname]
+    refused = 0
+    for index, argument in enumerate(arguments):
+        args = make()
+        if not isinstance(args[index], torch.Tensor) or not args[index].is_floating_point():
+            continue
+        args[index] = args[index].clone().requires_grad_()
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        # A written leaf is refused as torch refuses in-place writes into leaves.
+        kind, words = (
+            (RuntimeError, f"{argument.name} is a leaf tensor that requires grad")
+            if written
+            else (NotImplementedError, f"does not support autograd: {argument.name} requires")
+        )
+        pattern = rf"polyops\.{label}:? {words}"
+        with pytest.raises(kind, match=pattern):
+            op(*args)
+        with pytest.raises(kind, match=pattern):  # the fake path refuses first, too
+            op(*[_meta_leaf(a) for a in args])
+        with torch.no_grad():
+            op(*args)
+        refused += 1
+    assert refused >= 2, qualname
+
+
+def test_compiled_vllm_op_refuses_grad_instead_of_dropping_it():
+    def fn(x, w):
+        out = torch.empty_like(x)
+        torch.ops._C.rms_norm(out, x, w, 1e-6)
+        return (out + x).sum()
+
+    x = torch.randn(3, 64).requires_grad_()
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as info:  # noqa: B017 - the cause is checked
+            torch.compile(fn, backend=backend, fullgraph=True)(x, torch.ones(64))
+        causes = [e for e in (info.value, info.value.__cause__) if e is not None]
+        assert any(
+            isinstance(e, NotImplementedError) and "_C.rms_norm does not support autograd" in str(e)
+            for e in causes
+        ), repr(info.value)
+    assert x.grad is None
+
+
+def test_fakes_validate_the_call():
+    meta = [torch.empty(2, 4, device="meta") for _ in range(2)]
+    with pytest.raises(ValueError, match=r"polyops\.rms_norm: weight must have shape \[4\]"):
+        torch.ops._C.rms_norm(*meta, torch.empty(5, device="meta"), 1e-6)
+    with pytest.raises(ValueError, match=r"silu_and_mul.*even"):
+        torch.ops._C.silu_and_mul(
+            torch.empty(4, 3, device="meta"), torch.empty(4, 7, device="meta")
+        )
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def fn(out, x, w):
+        torch.ops._C.rms_norm(out, x, w, 1e-6)
+        return out
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"weight must have shape \[64\]"):
+        torch.compile(fn, backend=backend, fullgraph=True)(
+            torch.empty(3, 64), torch.randn(3, 64), torch.randn(65)
+        )
+    assert not graphs  # refused while tracing
+
+
+_ROTARY_CACHE = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+
+
+def _rotary(positions, query, key):
+    torch.ops._C.rotary_embedding(positions, query, key, 64, _ROTARY_CACHE, True)
+
+
+@pytest.mark.parametrize(
+    ("positions", "query", "key"),
+    [
+        ((3, 2), (2, 3, 64), None),  # the reported call: same token count, other layout
+        ((3, 2), (2, 3, 64), (2, 3, 64)),
+        ((2, 3), (2, 3, 64), (3, 2, 64)),  # only key disagrees
+        ((2, 3), (2, 192), None),  # query without the seq dim
+        ((2, 3, 1), (2, 3, 64), None),  # a third positions dim query lacks
+    ],
+)
+def test_rotary_positions_must_lead_query_and_key(positions, query, key):
+    q = torch.randn(*query)
+    k = None if key is None else torch.randn(*key)
+    before = q.clone()
+    shapes = (
+        rf"positions \[{', '.join(map(str, positions))}\], "
+        rf"query \[{', '.join(map(str, query))}\], "
+        + ("key None" if key is None else rf"key \[{', '.join(map(str, key))}\]")
+    )
+    pattern = (
+        r"_C\.rotary_embedding \(polyops\): query, key and positions must have the same "
+        rf"batch_size and seq_len .*got {shapes}"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        _rotary(torch.zeros(positions, dtype=torch.long), q, k)
+    assert torch.equal(q, before)  # nothing rotated
+    # The fake refuses the same call while tracing.
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=pattern):
+        torch.compile(_rotary, backend="aot_eager", fullgraph=True)(
+            torch.zeros(positions, dtype=torch.long), q, k
+        )
+
+
+def test_rotary_tokens_must_be_one_strided_run():
+    positions = torch.randint(0, 32, (2, 3), generator=torch.Generator().manual_seed(2))
+    query = torch.randn(3, 2, 64).transpose(0, 1)  # [2, 3, 64], batch and seq swapped
+    key = torch.randn(2, 3, 64)
+    pattern = (
+        r"_C\.rotary_embedding \(polyops\): query of shape \[2, 3, 64\] and strides "
+        r"\[64, 128, 1\] cannot be read as tokens"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        _rotary(positions, query, key)
+    with pytest.raises(ValueError, match=r"key of shape \[2, 3, 64\] .* cannot be read"):
+        _rotary(positions, key.clone(), query)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=pattern):
+        torch.compile(_rotary, backend="aot_eager", fullgraph=True)(positions, query, key)
+    # Positions are only read: any strides, e.g. a transposed [batch, seq] table.
+    transposed = positions.t().contiguous().t()
+    query = torch.randn(2, 3, 64)
+    expected_q, expected_k = query.clone(), key.clone()
+    _rotary(transposed, query, key)
+    want_q, want_k = ref.rotary_embedding_reference(
+        positions.reshape(-1),
+        expected_q.view(6, 64),
+        expected_k.view(6, 64),
+        64,
+        _ROTARY_CACHE,
+        True,
+    )
+    assert_close(query.view(6, 64), want_q, F32)
+    assert_close(key.view(6, 64), want_k, F32)
+
+
+def test_rotary_errors_after_flattening_name_the_callers_shapes():
+    positions = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"flattened positions \[2, 3\], query \[2, 3, 65\]"):
+        _rotary(positions, torch.randn(2, 3, 65), None)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_out_views_land_where_eager_writes_them_under_dynamic_shapes(backend):
+    def fn(x, w):
+        torch.ops._C.rms_norm(x[2], x[1], w, 1e-6)
+        return x.sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    for rows, width in ((4, 8), (5, 8), (6, 16)):
+        x, w = torch.randn(rows, width, generator=g), torch.randn(width, generator=g)
+        expected = x.clone()
+        fn(expected, w)
+        compiled(x, w)
+        assert_equal(x, expected)

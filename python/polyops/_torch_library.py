@@ -1,20 +1,24 @@
 """Registers every polyops op as ``torch.ops.polyops.<op>``, for code that torch.compile traces.
 
 The schemas and the kernels are generated from ``src/base/*.h`` (see
-``scripts/generate_wrappers.py``) and registered by ``_C._register_torch_library``.
-This module adds what torch.compile also needs: a fake implementation per
-overload, which gives the outputs' shapes and dtypes without running anything.
-Overloads that only mutate return nothing, so their fake is trivial; the ones
-that return tensors use the shape rules below, one per ``Default<Out>`` of the
-C++ headers (tests check both against the real kernels with
-``torch.library.opcheck``, including symbolic shapes).
+``scripts/generate_wrappers.py``) and registered by ``_C._register_torch_library``,
+with an Autograd kernel that refuses tensors requiring grad (polyops has no
+derivative formulas). This module adds what torch.compile also needs: a fake
+implementation per overload. Each fake first validates the call as the real
+kernel does, by running the op's C++ base class constructor on the arguments'
+metadata (:func:`check`), then gives the outputs' shapes and dtypes: overloads
+that only mutate return nothing; the ones that return tensors use the shape
+rules below, one per ``Default<Out>`` of the C++ headers (tests check both
+against the real kernels with ``torch.library.opcheck``, including symbolic
+shapes, and the rules against ``Default<Out>``).
 
 See docs/torch.md for when to use ``torch.ops.polyops.<op>`` rather than
-``polyops.<op>``.
+``polyops.<op>``, and for the torch.compile limitations.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -99,12 +103,116 @@ SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
 }
 
 
-def _make_fake(schema: torch._C.FunctionSchema, rules: list[Callable[[Values], torch.Tensor]]):
+class _NoHint(Exception):
+    """A symbolic size without a value in the example inputs (data-dependent)."""
+
+
+def _hint(value: Any) -> Any:
+    """A symbolic number's value in the example inputs; other values unchanged."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if value.node.hint is None:
+            raise _NoHint
+        return value.node.hint
+    return value
+
+
+def _metadata(value: Any) -> Any:
+    """`value` as CheckMeta reads it: a tensor becomes (sizes, strides, dtype, device)."""
+    if isinstance(value, torch.Tensor):
+        return (
+            tuple(_hint(s) for s in value.shape),
+            tuple(_hint(s) for s in value.stride()),
+            value.dtype,
+            value.device,
+        )
+    if isinstance(value, (list, tuple)):
+        return [_metadata(v) for v in value]
+    return _hint(value)
+
+
+def check(op: str, overload: str, values: Values) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Raise what polyops.<op> would raise for these arguments' shapes, dtypes and devices.
+
+    Runs the op's C++ base class constructor (``src/base/<op>.h``, the checks
+    every slot runs) on views without data, so a fake kernel refuses exactly
+    what the real kernel refuses, before anything is compiled or run. Not
+    checked here, because they need memory: overlap between arguments, index
+    values (positions, slots), a view outside its storage.
+
+    Symbolic sizes (``torch.compile(dynamic=True)``) are validated with their
+    values in the example inputs, without guards: the shapes polyops relates
+    (e.g. rms_norm's hidden size and weight) are one symbol already when they
+    were equal, and the kernel validates every call again when it runs. A
+    size without a value (data-dependent) skips the check.
+
+    Args:
+        op: the op name, e.g. ``"rms_norm"``.
+        overload: the ``torch.ops.polyops`` overload ("" for the default one).
+        values: argument name -> value (tensors, numbers, dtypes, None).
+
+    Returns:
+        (shape, dtype) of each output the overload allocates, from the C++
+        ``Default<Out>`` functions ([] when the check was skipped).
+    """
+    try:
+        metadata = {name: _metadata(value) for name, value in values.items()}
+    except _NoHint:
+        return []
+    return [tuple(result) for result in _C._check_meta(op, overload, metadata)]
+
+
+@functools.cache
+def _inductor_lowers_storage_offset() -> bool:
+    from torch._inductor.lowering import lowerings
+
+    return torch.ops.aten.sym_storage_offset.default in lowerings
+
+
+def pin_storage_offset(tensor: torch.Tensor | None, op: str, name: str) -> None:
+    """Make a written tensor's symbolic storage offset concrete.
+
+    Inductor has no lowering for ``aten.sym_storage_offset``
+    (pytorch/pytorch#198068): when an op writes a view whose offset depends
+    on a dynamic size (``out=x[2]`` under ``dynamic=True``), the compiled code
+    writes at offset 0. This specializes the sizes the offset depends on to
+    their values (guards: one compile per distinct value), after which the
+    offset is a constant Inductor handles. An offset that depends on a
+    data-dependent size cannot be specialized and is refused. See
+    docs/torch.md, "torch.compile limitations".
+    """
+    if tensor is None:
+        return
+    offset = tensor.storage_offset()
+    if not isinstance(offset, torch.SymInt) or _inductor_lowers_storage_offset():
+        return
+    env = offset.node.shape_env
+    for symbol in sorted(offset.node.expr.free_symbols, key=str):
+        if not env.has_guarding_hint(symbol):
+            raise NotImplementedError(
+                f"polyops.{op}: {name} is a view whose storage offset ({offset}) depends on a "
+                "data-dependent size; torch.compile's Inductor would write it at offset 0 "
+                "(it has no lowering for aten.sym_storage_offset): pass a tensor whose offset "
+                "does not depend on the data"
+            )
+        hint = env.guarding_hint_or_throw(symbol)
+        int(env.create_symintnode(symbol, hint=hint))  # guards symbol == hint
+
+
+def _make_fake(
+    op: str,
+    overload: str,
+    schema: torch._C.FunctionSchema,
+    rules: list[Callable[[Values], torch.Tensor]],
+):
     positional = [a.name for a in schema.arguments if not a.kwarg_only]
     defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
 
     def fake(*args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...] | None:
         values = {**defaults, **dict(zip(positional, args, strict=False)), **kwargs}
+        for name in written:
+            pin_storage_offset(values[name], op, name)
+        check(op, overload, values)
         results = tuple(rule(values) for rule in rules)
         if not results:
             return None
@@ -120,4 +228,4 @@ def register() -> None:
         schema = getattr(getattr(torch.ops.polyops, op), overload or "default")._schema
         rules = [SHAPE_RULES[op][name] for name in returns]
         qualname = f"polyops::{op}" + (f".{overload}" if overload else "")
-        torch.library.register_fake(qualname, _make_fake(schema, rules))
+        torch.library.register_fake(qualname, _make_fake(op, overload, schema, rules))

@@ -313,6 +313,10 @@ PYBIND11_MODULE(_C, module) {
   // torch.ops.polyops: python/polyops/_torch_library.py calls this on import,
   // then registers a fake implementation per overload.
   module.def("_register_torch_library", &RegisterTorchLibrary);
+  module.def("_check_meta", &CheckMeta, py::arg("op"), py::arg("overload"),
+             py::arg("values"));
+  module.def("_refuse_autograd", &RegisterAutogradRefusal, py::arg("qualname"),
+             py::arg("key"));
   py::list overloads;
   for (const TorchOverload& overload : TorchOverloads()) {
     overloads.append(py::make_tuple(overload.op, overload.overload,

@@ -24,7 +24,9 @@ Ops, with vLLM's schemas verbatim (:data:`SCHEMAS`, from vLLM's
   default slot and the report says so.
 * ``_C::rotary_embedding(positions, query, key, head_size, cos_sin_cache,
   is_neox)`` -> ``polyops.rotary_embedding`` in place; positions of any shape
-  whose dims lead query's (vLLM's older [batch, seq] layout) are flattened.
+  whose dims lead query's and key's (vLLM's older [batch, seq] layout) are
+  flattened with them (ValueError naming the shapes when they differ, or when
+  query/key's leading dims cannot be viewed as one token dim).
 * ``_C_cache_ops::reshape_and_cache_flash(key, value, key_cache, value_cache,
   slot_mapping, kv_cache_dtype, k_scale, v_scale)`` -> ``polyops.reshape_and_cache``
   for ``kv_cache_dtype == "auto"`` (the scales are then unused, as in vLLM);
@@ -36,9 +38,12 @@ Dispatch keys: CPU, CUDA and PrivateUse1 (the "npu" device), for the devices
 polyops was built for. An op vLLM's extension already defined keeps its
 schema and its kernels: polyops only fills the dispatch keys that have no
 kernel, and leaves an op alone when vLLM's schema differs from the one above
-(another vLLM version). Each op gets a fake (meta) implementation, so
-torch.compile traces it. Attention and sampling are not mapped: see
-docs/vllm.md for why, and for every known difference from vLLM.
+(another vLLM version). Each op gets a fake (meta) implementation that
+validates the polyops call it maps to, so torch.compile traces it and a bad
+call fails while tracing, and an Autograd kernel that refuses tensors
+requiring grad (no op has a backward) on the keys polyops serves. Attention
+and sampling are not mapped: see docs/vllm.md for why, and for every known
+difference from vLLM.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 import polyops
-from polyops import _C
+from polyops import _C, _torch_library
 
 #: vLLM's schemas, verbatim from its csrc/torch_bindings.cpp (the ``_C`` and
 #: ``_C_cache_ops`` libraries of the CUDA build), keyed by qualified name.
@@ -113,27 +118,37 @@ class RegistrationReport:
 
 
 # ---------------------------------------------------------------------------
-# Kernels: vLLM's argument order onto polyops' calls.
+# Kernels: vLLM's arguments onto polyops' calls. Each mapping returns the
+# polyops op, its arguments and a note for its ValueErrors (what the mapping
+# changed, so the message names the caller's tensors); the kernel runs the
+# call, the fake validates it (polyops._torch_library.check).
 
 # device type -> the silu_and_mul slot with vLLM's rounding (None: default).
 _silu_slots: dict[str, int | None] = {}
 
+_Call = tuple[str, dict[str, object], str]
+
 
 def _rms_norm(
     result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float
-) -> None:
-    polyops.rms_norm(input, weight, epsilon, out=result)
+) -> _Call:
+    return "rms_norm", {"input": input, "weight": weight, "eps": epsilon, "out": result}, ""
 
 
 def _fused_add_rms_norm(
     input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float
-) -> None:
-    polyops.add_rms_norm(input, residual, weight, epsilon, y_out=input, x_out=residual)
+) -> _Call:
+    arguments = {"x1": input, "x2": residual, "gamma": weight, "eps": epsilon}
+    return "add_rms_norm", {**arguments, "y_out": input, "x_out": residual}, ""
 
 
-def _silu_and_mul(result: torch.Tensor, input: torch.Tensor) -> None:
+def _silu_and_mul(result: torch.Tensor, input: torch.Tensor) -> _Call:
     slot = _silu_slots.get(input.device.type)
-    polyops.silu_and_mul(input, out=result, implementation_index=slot)
+    return "silu_and_mul", {"input": input, "out": result, "implementation_index": slot}, ""
+
+
+def _shape(tensor: torch.Tensor | None) -> str:
+    return "None" if tensor is None else str(list(tensor.shape))
 
 
 def _rotary_embedding(
@@ -143,15 +158,38 @@ def _rotary_embedding(
     head_size: int,
     cos_sin_cache: torch.Tensor,
     is_neox: bool,
-) -> None:
+) -> _Call:
+    arguments = {"head_size": head_size, "cos_sin_cache": cos_sin_cache, "is_neox_style": is_neox}
     lead = positions.dim()
-    if lead > 1:
-        # vLLM's [batch, seq] positions: the same tokens, flattened (views,
-        # so the rotation still lands in query and key).
-        positions = positions.reshape(-1)
-        query = query.view(-1, *query.shape[lead:])
-        key = None if key is None else key.view(-1, *key.shape[lead:])
-    polyops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+    if lead <= 1:
+        tensors = {"positions": positions, "query": query, "key": key}
+        return "rotary_embedding", {**tensors, **arguments}, ""
+    # vLLM's [batch, seq] positions: the tokens of query and key's leading dims.
+    label = "_C.rotary_embedding (polyops)"
+    given = f"positions {_shape(positions)}, query {_shape(query)}, key {_shape(key)}"
+    leading = tuple(positions.shape)
+    if any(t is not None and tuple(t.shape[:lead]) != leading for t in (query, key)):
+        raise ValueError(
+            f"{label}: query, key and positions must have the same batch_size and seq_len "
+            f"(positions' shape must lead query's and key's), got {given}"
+        )
+
+    def tokens(tensor: torch.Tensor, name: str) -> torch.Tensor:
+        # A view, so the rotation lands in the caller's tensor. (torch raises
+        # RuntimeError for real tensors, ValueError for fake ones.)
+        try:
+            return tensor.view(-1, *tensor.shape[lead:])
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"{label}: {name} of shape {_shape(tensor)} and strides {list(tensor.stride())} "
+                f"cannot be read as tokens: its dims {list(leading)} must be one strided run "
+                f"(viewable as [-1, ...]); it is updated in place, so polyops cannot copy it"
+            ) from None
+
+    query = tokens(query, "query")
+    key = None if key is None else tokens(key, "key")
+    flat = {"positions": positions.reshape(-1), "query": query, "key": key, **arguments}
+    return "rotary_embedding", flat, f" ({label} flattened {given} to tokens)"
 
 
 def _reshape_and_cache_flash(
@@ -163,7 +201,7 @@ def _reshape_and_cache_flash(
     kv_cache_dtype: str,
     k_scale: torch.Tensor,
     v_scale: torch.Tensor,
-) -> None:
+) -> _Call:
     if kv_cache_dtype != "auto":
         raise NotImplementedError(
             "_C_cache_ops.reshape_and_cache_flash (polyops): kv_cache_dtype must be "
@@ -173,10 +211,11 @@ def _reshape_and_cache_flash(
     tokens = slot_mapping.shape[0] if slot_mapping.dim() else 0
     if key.dim() and key.shape[0] > tokens:
         key, value = key[:tokens], value[:tokens]
-    polyops.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    caches = {"key_cache": key_cache, "value_cache": value_cache, "slot_mapping": slot_mapping}
+    return "reshape_and_cache", {"key": key, "value": value, **caches}, ""
 
 
-_KERNELS: dict[str, Callable[..., None]] = {
+_CALLS: dict[str, Callable[..., _Call]] = {
     "_C::rms_norm": _rms_norm,
     "_C::fused_add_rms_norm": _fused_add_rms_norm,
     "_C::silu_and_mul": _silu_and_mul,
@@ -185,9 +224,41 @@ _KERNELS: dict[str, Callable[..., None]] = {
 }
 
 
-def _fake(*args: object) -> None:
-    """Every mapped op only mutates its arguments: nothing to allocate."""
-    return None
+def _noting(note: str, run: Callable[[], object]) -> None:
+    try:
+        run()
+    except ValueError as error:
+        if not note:
+            raise
+        raise ValueError(f"{error}{note}") from None
+
+
+def _kernel(qualname: str) -> Callable[..., None]:
+    call = _CALLS[qualname]
+
+    def kernel(*args: object) -> None:
+        op, arguments, note = call(*args)
+        _noting(note, lambda: getattr(polyops, op)(**arguments))
+
+    return kernel
+
+
+def _fake(qualname: str) -> Callable[..., None]:
+    """Every mapped op only mutates its arguments: the fake validates, allocates nothing."""
+    call = _CALLS[qualname]
+    namespace, name = qualname.split("::")
+    arguments = torch._C.parse_schema(f"{namespace}::{SCHEMAS[qualname]}").arguments
+    written = [
+        (i, a.name) for i, a in enumerate(arguments) if a.alias_info and a.alias_info.is_write
+    ]
+
+    def fake(*args: object) -> None:
+        for index, argument in written:
+            _torch_library.pin_storage_offset(args[index], f"{namespace}.{name}", argument)
+        op, values, note = call(*args)
+        _noting(note, lambda: _torch_library.check(op, "", values))
+
+    return fake
 
 
 # ---------------------------------------------------------------------------
@@ -262,7 +333,8 @@ def register(devices: Sequence[str] | None = None) -> RegistrationReport:
             lib = _library(namespace)
             if existing is None:
                 lib.define(schema_text)
-                torch.library.register_fake(qualname, _fake, lib=lib)
+                torch.library.register_fake(qualname, _fake(qualname), lib=lib)
+                _C._refuse_autograd(qualname, "Autograd")
             elif _signature(existing) != _signature(wanted):
                 skipped[qualname] = {
                     "*": f"already defined with another schema ({existing}); polyops "
@@ -287,10 +359,11 @@ def register(devices: Sequence[str] | None = None) -> RegistrationReport:
                 elif torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key):
                     reasons[key] = "already has a kernel (vLLM's extension); left in place"
                 else:
-                    lib.impl(name, _KERNELS[qualname], key)
+                    lib.impl(name, _kernel(qualname), key)
                     ours.add(key)
+                    _refuse_autograd(qualname, key)
             if existing is not None and ours and not _has_fake(qualname):
-                torch.library.register_fake(qualname, _fake, lib=lib)
+                torch.library.register_fake(qualname, _fake(qualname), lib=lib)
             if reasons:
                 skipped[qualname] = reasons
         missing = [d for d in targets if _silu_slots[d] is None]
@@ -301,6 +374,16 @@ def register(devices: Sequence[str] | None = None) -> RegistrationReport:
             )
         registered = {q: tuple(k for k in DISPATCH_KEYS.values() if k in _ours[q]) for q in SCHEMAS}
     return RegistrationReport(registered=registered, skipped=skipped, notes=notes)
+
+
+def _refuse_autograd(qualname: str, key: str) -> None:
+    """Refuse tensors that require grad on the key polyops now serves (vLLM's ops have no
+    autograd formulas either), unless vLLM's extension registered autograd there."""
+    autograd = f"Autograd{key}"
+    if not any(
+        torch._C._dispatch_has_kernel_for_dispatch_key(qualname, k) for k in ("Autograd", autograd)
+    ):
+        _C._refuse_autograd(qualname, autograd)
 
 
 def _has_fake(qualname: str) -> bool:
