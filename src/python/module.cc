@@ -12,6 +12,9 @@
 #include "cuda/workspace.h"
 #include "python/cuda_allocator.h"
 #endif
+#ifdef POLYOPS_WITH_ASCEND
+#include "ascend/launch.h"
+#endif
 
 #ifndef POLYOPS_TORCH_VERSION
 #define POLYOPS_TORCH_VERSION "unknown"
@@ -167,6 +170,9 @@ PYBIND11_MODULE(_C, module) {
   module.def("_set_cache_capacity", &SetCacheCapacity, py::arg("n"));
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
+#ifdef POLYOPS_WITH_ASCEND
+    ascend::ReleaseStreamPools();  // the npu per-stream workspace pools
+#endif
   });
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
