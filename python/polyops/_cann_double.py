@@ -31,6 +31,12 @@ DOUBLE_DIR_ENV = "POLYOPS_CANN_DOUBLE_DIR"
 LIB_DIR_ENV = "POLYOPS_CANN_LIB_DIR"
 # How many npu devices the test device has (default 2, so npu:1 exists).
 DEVICE_COUNT_ENV = "POLYOPS_NPU_DEVICE_COUNT"
+# How many devices the double's runtime reports (read when it loads);
+# use_cann_double sets it to the npu device count unless the caller did.
+DOUBLE_DEVICE_COUNT_ENV = "POLYOPS_CANN_DOUBLE_DEVICE_COUNT"
+# The most devices polyops._npu_device supports (kMaxDevices in
+# src/npu_device/runtime.h).
+MAX_DEVICES = 16
 
 #: The directory activated by :func:`use_cann_double` (None before).
 active_library_dir: pathlib.Path | None = None
@@ -58,14 +64,37 @@ def _choose_dir(library_dir: str | os.PathLike[str] | None) -> pathlib.Path:
 
 
 def _device_count() -> int:
+    """``POLYOPS_NPU_DEVICE_COUNT`` (default 2), or ValueError naming it and the range."""
     text = os.environ.get(DEVICE_COUNT_ENV, "2")
     try:
-        return int(text)
+        count = int(text)
     except ValueError:
-        raise ValueError(f"{DEVICE_COUNT_ENV} must be an integer, got {text!r}") from None
+        count = 0
+    if not 1 <= count <= MAX_DEVICES:
+        raise ValueError(
+            f"{DEVICE_COUNT_ENV} must be an integer in [1, {MAX_DEVICES}], got {text!r}"
+        )
+    return count
 
 
-def _activate_npu_device(runtime_path: pathlib.Path) -> None:
+def _double_device_count(count: int) -> str:
+    """The double's device count to set: the caller's choice if they made one, else `count`."""
+    text = os.environ.get(DOUBLE_DEVICE_COUNT_ENV)
+    if text is None:
+        return str(count)
+    try:
+        valid = int(text) >= count
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"{DOUBLE_DEVICE_COUNT_ENV} must be an integer >= {DEVICE_COUNT_ENV} ({count}), "
+            f"got {text!r}: the double would not have npu:{count - 1}"
+        )
+    return text
+
+
+def _activate_npu_device(runtime_path: pathlib.Path, count: int) -> None:
     """Bring up polyops._npu_device on `runtime_path` and expose it to torch as "npu"."""
     import torch
 
@@ -82,7 +111,7 @@ def _activate_npu_device(runtime_path: pathlib.Path) -> None:
             f"torch's PrivateUse1 backend is already named {backend!r}; "
             "the npu test device needs it, so run in a process without that backend"
         )
-    _npu_device.init(str(runtime_path), _device_count())
+    _npu_device.init(str(runtime_path), count)
     if backend != "npu":
         torch.utils.rename_privateuse1_backend("npu")
     if not hasattr(torch, "npu"):
@@ -103,6 +132,10 @@ def use_cann_double(library_dir: str | os.PathLike[str] | None = None) -> None:
     When torch_npu is not importable, this also initialises the "npu" torch
     device on the double's runtime: ``torch.npu`` is registered, tensors
     ``.to("npu")`` work, ``POLYOPS_NPU_DEVICE_COUNT`` (default 2) devices.
+    A ``POLYOPS_NPU_DEVICE_COUNT`` that is not an integer in [1, 16] raises
+    ValueError, as does a ``POLYOPS_CANN_DOUBLE_DEVICE_COUNT`` (the double's
+    own count, default: the npu count) below the npu count; a failed call
+    changes no setting, so it can be retried in the same process.
 
     Call it before any npu use. A second call with the same directory does
     nothing; a different directory raises RuntimeError (a process can hold one
@@ -125,14 +158,24 @@ def use_cann_double(library_dir: str | os.PathLike[str] | None = None) -> None:
                 f"no libascendcl.so in {directory}: build the CANN test double there, "
                 f"or pass its directory (or set {DOUBLE_DIR_ENV})"
             )
-        # The double's runtime reads its device count when loaded: the same
-        # count as the npu device's, unless the caller chose one.
-        os.environ.setdefault("POLYOPS_CANN_DOUBLE_DEVICE_COUNT", str(_device_count()))
-        if importlib.util.find_spec("torch_npu") is None:
-            _activate_npu_device(runtime_path)
-        # The same path dlopen'ed again gives the handle the device holds, so
-        # the call log and live-byte counters read below are the device's.
-        _runtime = ctypes.CDLL(str(runtime_path))
+        count = _device_count()
+        # The double's runtime reads its device count when it loads. An
+        # activation that fails leaves the variable as it found it, so a
+        # retry with other settings starts from the same state.
+        previous = os.environ.get(DOUBLE_DEVICE_COUNT_ENV)
+        os.environ[DOUBLE_DEVICE_COUNT_ENV] = _double_device_count(count)
+        try:
+            if importlib.util.find_spec("torch_npu") is None:
+                _activate_npu_device(runtime_path, count)
+            # The same path dlopen'ed again gives the handle the device holds, so
+            # the call log and live-byte counters read below are the device's.
+            _runtime = ctypes.CDLL(str(runtime_path))
+        except BaseException:
+            if previous is None:
+                del os.environ[DOUBLE_DEVICE_COUNT_ENV]
+            else:
+                os.environ[DOUBLE_DEVICE_COUNT_ENV] = previous
+            raise
         os.environ[LIB_DIR_ENV] = str(directory)
         active_library_dir = directory
 

@@ -1,6 +1,6 @@
 // Phase 1 of aclnn APIs that several Ascend slots share as one of their
-// launches (a PrepareFn each): copies into scratch or outputs, masked fills,
-// the product.
+// launches (a PrepareFn each): copies and casts into scratch or outputs,
+// masked fills, the product.
 #ifndef POLYOPS_ASCEND_ACLNN_PREPARE_H_
 #define POLYOPS_ASCEND_ACLNN_PREPARE_H_
 
@@ -17,6 +17,17 @@ inline AclnnStatus PrepareInplaceCopy(void*, AclTensor* const* t,
   static const auto get =
       Phase1<Fn>("aclnnInplaceCopyGetWorkspaceSize", "8.0.RC1");
   return get(t[0], t[1], workspace, executor);
+}
+
+// aclnnCast(self = t[0], dtype, out = t[1]); the context points at the
+// AclDataType to convert to.
+inline AclnnStatus PrepareCast(void* dtype, AclTensor* const* t,
+                               uint64_t* workspace, AclOpExecutor** executor) {
+  using Fn = AclnnStatus (*)(const AclTensor*, AclDataType, AclTensor*,
+                             uint64_t*, AclOpExecutor**);
+  static const auto get = Phase1<Fn>("aclnnCastGetWorkspaceSize", "8.0.RC1");
+  return get(t[0], *static_cast<const AclDataType*>(dtype), t[1], workspace,
+             executor);
 }
 
 // aclnnInplaceMaskedFillScalar(selfRef = t[0], mask = t[1], value); the

@@ -152,6 +152,8 @@ void Load(Libraries& state) {
           rt.rt_synchronize_stream);
   Resolve(runtime, "libascendcl.so", "aclrtSynchronizeDevice",
           rt.rt_synchronize_device);
+  Resolve(runtime, "libascendcl.so", "aclrtGetDevice", rt.rt_get_device);
+  Resolve(runtime, "libascendcl.so", "aclrtSetDevice", rt.rt_set_device);
   Resolve(runtime, "libascendcl.so", "aclrtMemcpy", rt.rt_memcpy);
   Resolve(runtime, "libascendcl.so", "aclGetRecentErrMsg",
           rt.get_recent_err_msg);

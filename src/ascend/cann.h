@@ -48,6 +48,8 @@ struct Runtime {
   AclError (*rt_free)(void* dev_ptr);
   AclError (*rt_synchronize_stream)(AclStream stream);
   AclError (*rt_synchronize_device)();
+  AclError (*rt_get_device)(int32_t* device);
+  AclError (*rt_set_device)(int32_t device);
   // aclrtMemcpy(dst, destMax, src, count, kind): synchronous.
   AclError (*rt_memcpy)(void* dst, size_t dest_max, const void* src,
                         size_t count, int kind);

@@ -52,42 +52,149 @@ AclTensor* CreateTensor(const Runtime& rt, const Tensor& view,
 
 // A stream's pooled block: scratch operands, then the workspace. Its mutex
 // is held from binding to the last launch of a call, so the block cannot
-// move or be shared with another thread's call on the stream in between.
+// move, be freed or be shared with another thread's call on the stream in
+// between.
 struct Pool {
+  Pool(AclStream stream, int device) : stream(stream), device(device) {}
+
   std::mutex mutex;
+  const AclStream stream;
+  const int device;  // where the block lives and the stream runs
+  // Under mutex:
   char* data = nullptr;
   uint64_t size = 0;
+  bool launched = false;  // a launch using the block was queued
+  bool retired = false;   // freed and out of the registry
+  // Under the registry's mutex: when a call last took the pool.
+  uint64_t last_use = 0;
 };
 
-Pool& StreamPool(AclStream stream) {
-  static std::mutex* mutex = new std::mutex;
-  static auto* pools = new std::unordered_map<AclStream, std::unique_ptr<Pool>>;
-  std::lock_guard<std::mutex> lock(*mutex);
-  std::unique_ptr<Pool>& pool = (*pools)[stream];
-  if (!pool) pool = std::make_unique<Pool>();
-  return *pool;
+// The pools, one per stream handle seen, at most kMaxStreamPools: the
+// least recently used one is freed when another stream needs a pool.
+struct PoolRegistry {
+  std::mutex mutex;
+  std::unordered_map<AclStream, std::shared_ptr<Pool>> pools;
+  uint64_t clock = 0;
+};
+
+PoolRegistry& Registry() {
+  static auto* registry = new PoolRegistry;  // used until exit
+  return *registry;
 }
 
-// The pool's block grown to `bytes` (the caller holds pool.mutex).
-char* Reserve(Pool& pool, AclStream stream, uint64_t bytes) {
+// aclrtSynchronizeDevice on `device`, the thread's device restored after.
+AclError SynchronizeDevice(const Runtime& rt, int device) {
+  int32_t current = -1;
+  const bool known = rt.rt_get_device(&current) == 0;
+  if (!known || current != device) {
+    const AclError status = rt.rt_set_device(device);
+    if (status != 0) return status;
+  }
+  const AclError status = rt.rt_synchronize_device();
+  if (known && current != device) rt.rt_set_device(current);
+  return status;
+}
+
+// Frees the pool's block and takes the pool out of the registry (the
+// caller holds pool.mutex). A block some queued launch used is freed only
+// once the pool's device has finished its work; a failed synchronization
+// (a device fault of earlier work) throws and keeps the pool as it was.
+void RetirePool(Pool& pool, const char* op) {
+  const Runtime& rt = GetRuntime();
+  if (pool.data != nullptr) {
+    if (pool.launched) {
+      CheckStatus(SynchronizeDevice(rt, pool.device), op,
+                  "aclrtSynchronizeDevice (freeing a stream's workspace)");
+    }
+    rt.rt_free(pool.data);
+  }
+  pool.data = nullptr;
+  pool.size = 0;
+  pool.retired = true;
+  PoolRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  auto found = registry.pools.find(pool.stream);
+  if (found != registry.pools.end() && found->second.get() == &pool) {
+    registry.pools.erase(found);
+  }
+}
+
+// The pool of a call's stream, locked for the call. A pool none of whose
+// launches was ever queued (its calls failed, e.g. on a handle that is not
+// a stream) is freed when the call ends: nothing can still read it.
+class LockedPool {
+ public:
+  LockedPool(const Handle& handle, const char* op) : op_(op) {
+    for (;;) {
+      std::shared_ptr<Pool> victim;
+      pool_ = FindOrAdd(handle, &victim);
+      if (victim) {
+        std::lock_guard<std::mutex> lock(victim->mutex);
+        if (!victim->retired) RetirePool(*victim, op);
+      }
+      lock_ = std::unique_lock<std::mutex>(pool_->mutex);
+      if (!pool_->retired) return;
+      // Retired between the look-up and the lock: look again.
+      lock_.unlock();
+    }
+  }
+  ~LockedPool() {
+    if (!pool_->launched && RuntimeLoaded()) {
+      try {
+        RetirePool(*pool_, op_);  // no synchronization: never launched
+      } catch (...) {
+      }
+    }
+  }
+  LockedPool(const LockedPool&) = delete;
+  LockedPool& operator=(const LockedPool&) = delete;
+
+  Pool& operator*() const { return *pool_; }
+  Pool* operator->() const { return pool_.get(); }
+
+ private:
+  static std::shared_ptr<Pool> FindOrAdd(const Handle& handle,
+                                         std::shared_ptr<Pool>* victim) {
+    PoolRegistry& registry = Registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::shared_ptr<Pool>& pool = registry.pools[handle.stream];
+    if (!pool)
+      pool = std::make_shared<Pool>(handle.stream, handle.device.index);
+    pool->last_use = ++registry.clock;
+    if (registry.pools.size() > kMaxStreamPools) {
+      for (const auto& entry : registry.pools) {
+        if (!*victim || entry.second->last_use < (*victim)->last_use) {
+          *victim = entry.second;
+        }
+      }
+    }
+    return pool;
+  }
+
+  const char* op_;
+  std::shared_ptr<Pool> pool_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+// The pool's block grown to `bytes` (the caller holds pool.mutex and has
+// queued nothing of its call yet, so the old block holds no data the call
+// needs).
+char* Reserve(Pool& pool, uint64_t bytes) {
   if (bytes == 0) return pool.data;
   if (pool.size >= bytes) return pool.data;
   const Runtime& rt = GetRuntime();
   const uint64_t size = std::max<uint64_t>(bytes, 1 << 20);
+  if (pool.data) {
+    // Queued work of earlier calls may still read the old block.
+    CheckStatus(rt.rt_synchronize_stream(pool.stream), "ascend",
+                "aclrtSynchronizeStream");
+    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
+    pool.data = nullptr;
+    pool.size = 0;
+  }
   void* data = nullptr;
   CheckStatus(rt.rt_malloc(&data, size, /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
               "ascend", "aclrtMalloc");
-  if (pool.data) {
-    // Queued work may still read the old block, and an op that chains
-    // separate Run calls through scratch may have left an intermediate in
-    // it: let the work finish, then carry the contents over.
-    CheckStatus(rt.rt_synchronize_stream(stream), "ascend",
-                "aclrtSynchronizeStream");
-    CheckStatus(rt.rt_memcpy(data, size, pool.data, pool.size,
-                             /*ACL_MEMCPY_DEVICE_TO_DEVICE=*/3),
-                "ascend", "aclrtMemcpy");
-    CheckStatus(rt.rt_free(pool.data), "ascend", "aclrtFree");
-  }
   pool.data = static_cast<char*>(data);
   pool.size = size;
   return pool.data;
@@ -356,15 +463,14 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
                                 int64_t scratch_bytes, const Launch* launches,
                                 size_t count) {
   GetRuntime();
-  Pool& pool = StreamPool(handle.stream);
+  LockedPool pool(handle, op);
   // Lock order: the stream's pool, then the caches in step order.
-  std::lock_guard<std::mutex> pool_lock(pool.mutex);
   std::unique_lock<std::mutex> locks[kMaxSteps];
   for (size_t i = 0; i < count; ++i) {
     locks[i] = std::unique_lock<std::mutex>(launches[i].cache->mutex_);
   }
   const auto scratch_size = static_cast<uint64_t>(ScratchAlign(scratch_bytes));
-  char* scratch = Reserve(pool, handle.stream, scratch_size);
+  char* scratch = Reserve(*pool, scratch_size);
   uint64_t workspace = 0;
   for (size_t i = 0; i < count; ++i) {
     const Launch& l = launches[i];
@@ -374,7 +480,7 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
   }
   // Nothing of this call is queued yet, so growing the block (which
   // synchronizes the stream and frees the old one) loses no scratch data.
-  char* block = Reserve(pool, handle.stream, scratch_size + workspace);
+  char* block = Reserve(*pool, scratch_size + workspace);
   if (scratch_size > 0 && block != scratch) {
     for (size_t i = 0; i < count; ++i) {
       launches[i].cache->MoveScratch(op, launches[i].operands,
@@ -387,6 +493,7 @@ void ExecutorCache::RunLaunches(const char* op, const Handle& handle,
     CheckStatus(l.launch(size ? block + scratch_size : nullptr, size,
                          l.cache->executor_, handle.stream),
                 op, l.api);
+    pool->launched = true;
   }
 }
 
@@ -437,12 +544,25 @@ void OneShotCall::Launch(const Handle& handle, const char* api,
   // The pool's lock is held until the launch is queued: another call on
   // this stream growing (and freeing) the block in between would hand
   // this launch freed memory.
-  Pool& pool = StreamPool(handle.stream);
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  void* workspace =
-      workspace_size ? Reserve(pool, handle.stream, workspace_size) : nullptr;
+  LockedPool pool(handle, op_);
+  void* workspace = workspace_size ? Reserve(*pool, workspace_size) : nullptr;
   CheckStatus(launch(workspace, workspace_size, executor, handle.stream), op_,
               api);
+  pool->launched = true;
+}
+
+void ReleaseStreamPools() {
+  if (!RuntimeLoaded()) return;
+  std::vector<std::shared_ptr<Pool>> pools;
+  {
+    PoolRegistry& registry = Registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    for (const auto& entry : registry.pools) pools.push_back(entry.second);
+  }
+  for (const std::shared_ptr<Pool>& pool : pools) {
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    if (!pool->retired) RetirePool(*pool, "clear_cache");
+  }
 }
 
 void CopyToHost(const Handle& handle, void* host, const void* device,

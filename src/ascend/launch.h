@@ -20,12 +20,12 @@ AclDataType ToAcl(DataType dtype);
 
 // One tensor argument of an aclnn call. An input or output view of the
 // caller's, or `scratch`: polyops-owned device memory (rms_norm's rstd, an
-// intermediate between two launches) placed in the stream's pool at byte
-// offset `scratch_offset`. `ref`: an in-place (*Ref) parameter, both an input
-// and an output of the executor, re-pointed in both index spaces. `list` >= 0:
-// an element of the op's tensor-list parameter number `list` (consecutive
-// operands with the same number form one aclTensorList, in order; prepare
-// gets it from ExecutorCache::list).
+// intermediate between two launches of one RunSteps unit) placed in the
+// stream's pool at byte offset `scratch_offset`. `ref`: an in-place (*Ref)
+// parameter, both an input and an output of the executor, re-pointed in both
+// index spaces. `list` >= 0: an element of the op's tensor-list parameter
+// number `list` (consecutive operands with the same number form one
+// aclTensorList, in order; prepare gets it from ExecutorCache::list).
 struct Operand {
   Tensor view;
   bool input = true;
@@ -87,9 +87,12 @@ class ExecutorCache {
   ExecutorCache& operator=(const ExecutorCache&) = delete;
   ~ExecutorCache();
 
-  // Runs the op on handle.stream. `prepare(context, ...)` is called when
-  // no executor fits these views (first call, or a view whose address sits
-  // at another offset from 32-byte alignment, which the descriptors carry).
+  // Runs the op on handle.stream, one launch. `prepare(context, ...)` is
+  // called when no executor fits these views (first call, or a view whose
+  // address sits at another offset from 32-byte alignment, which the
+  // descriptors carry). Scratch is the call's only while it runs: another
+  // thread's call on the stream may reuse it right after, so launches that
+  // pass data through scratch go in one RunSteps unit, never in two Runs.
   void Run(const char* op, const char* api, const Handle& handle,
            std::initializer_list<Operand> operands, int64_t scratch_bytes,
            PrepareFn prepare, void* context, LaunchFn launch);
@@ -151,15 +154,29 @@ class ExecutorCache {
 // Runs several launches in order on handle.stream as one unit: the stream's
 // pool is held for the whole sequence, so scratch operands may carry data
 // from one step to the next (`scratch_bytes` is the scratch all steps
-// share), every step's executor is bound before the first launch, and the
-// pool grows, if it must, before anything is queued. Each step needs its
-// own ExecutorCache.
+// share) even while other threads launch on the same stream, every step's
+// executor is bound before the first launch, and the pool grows, if it
+// must, before anything is queued. Each step needs its own ExecutorCache.
+// Every op with more than one launch per call runs them this way.
 void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
               std::initializer_list<Step> steps);
 // The same for steps chosen at run time (at most kMaxSteps).
 inline constexpr size_t kMaxSteps = 16;  // topk_topp_sampling chains 16
 void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
               const Step* steps, size_t count);
+
+// The per-stream pools (scratch and workspace). A pool is made at the
+// first call on a stream handle and kept for later calls; at most
+// kMaxStreamPools are kept: a call on another stream frees the least
+// recently used one. A pool is freed only after its device has finished
+// the work queued with it (aclrtSynchronizeDevice, so a stream destroyed
+// since needs no handle), and never while a call holds it; a pool whose
+// launches all failed (e.g. a handle that is not a stream) is freed at
+// once. A failed synchronization throws BackendError (the fault of
+// earlier work, reported there) and keeps the pool.
+inline constexpr size_t kMaxStreamPools = 32;
+// Frees every pool (polyops.clear_cache()); later calls make new ones.
+void ReleaseStreamPools();
 
 // Device memory an instance owns (causal_softmax's mask), freed with it.
 // Freeing synchronizes the device first: queued work may still read it

@@ -84,6 +84,26 @@ class Tensor {
     return view;
   }
 
+  // The same view with the stride of every size-1 dim set to the one a
+  // packed layout of the dims inside it gives (stride(d + 1) *
+  // max(size(d + 1), 1), 1 for the last dim), as torch's contiguous
+  // strides are. Such a stride never moves an address, so views torch
+  // treats alike (a one-head [T, 1, D] transposed from [1, T, D], a
+  // stride-0 size-1 dim) get the same strides, the same layout checks and
+  // the same instance-cache key. The bindings apply it to every tensor
+  // they convert; a contiguous torch tensor keeps its strides.
+  Tensor WithUnitStridesNormalized() const {
+    Tensor view = *this;
+    for (int i = ndim_ - 1; i >= 0; --i) {
+      if (shape_[i] != 1) continue;
+      view.strides_[i] =
+          i == ndim_ - 1
+              ? 1
+              : view.strides_[i + 1] * (shape_[i + 1] > 1 ? shape_[i + 1] : 1);
+    }
+    return view;
+  }
+
   // Only the bindings and tests build views; the caller has checked
   // ndim <= kMaxDims.
   static Tensor FromParts(void* data, int ndim, const int64_t* shape,

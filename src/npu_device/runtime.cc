@@ -56,6 +56,11 @@ struct State {
   std::mutex blocks_mutex;
   // Live aclrtMalloc blocks: start address -> (bytes, device).
   std::map<uintptr_t, std::pair<size_t, c10::DeviceIndex>> blocks;
+
+  std::mutex fault_mutex;
+  // A device fault that a free's synchronization found (the first one),
+  // kept for the next synchronization to report; empty when none.
+  std::string fault;
 };
 
 State& GetState() {
@@ -90,6 +95,20 @@ const AclRuntime& Runtime() {
 
 inline void CheckAcl(AclError status, const char* what) {
   if (status != 0) ThrowAcl(status, what);
+}
+
+// Called by every synchronization point: raises (once) the fault a free's
+// synchronization found, as the chip reports a fault of earlier work at
+// the next synchronization. Checked first, so it is not mistaken for a
+// fault of work queued since.
+void RaisePendingFault() {
+  State& state = GetState();
+  std::string fault;
+  {
+    std::lock_guard<std::mutex> lock(state.fault_mutex);
+    fault.swap(state.fault);
+  }
+  TORCH_CHECK(fault.empty(), fault);
 }
 
 void CheckDevice(c10::DeviceIndex device) {
@@ -188,13 +207,31 @@ class NpuAllocator final : public c10::Allocator {
     // Work queued on a stream may still use the block (a tensor dropped
     // right after the op that writes it was launched): torch's caching
     // allocators keep such blocks until the stream reaches them; without a
-    // cache, let the queued work finish first. A deleter cannot throw: a
-    // failing call leaks the block, which the tests see through the
-    // double's live-byte count.
-    if (state.runtime.synchronize_device != nullptr) {
-      state.runtime.synchronize_device();
+    // cache, let the queued work finish first. A deleter cannot throw, so
+    // a fault of that work is kept for the next synchronization
+    // (RaisePendingFault) rather than lost; a failing free leaks the
+    // block, which the tests see through the double's live-byte count.
+    const AclRuntime& runtime = state.runtime;
+    if (runtime.synchronize_device != nullptr) {
+      const AclError status = runtime.synchronize_device();
+      if (status != 0) {
+        const char* message = runtime.recent_err_msg != nullptr
+                                  ? runtime.recent_err_msg()
+                                  : nullptr;
+        std::lock_guard<std::mutex> lock(state.fault_mutex);
+        if (state.fault.empty()) {
+          state.fault = c10::str(
+              "npu: a device fault in work queued earlier (found when a "
+              "tensor was freed): aclrtSynchronizeDevice failed with "
+              "aclError ",
+              status, ": ",
+              message != nullptr && *message != '\0'
+                  ? message
+                  : "(aclGetRecentErrMsg gave no message)");
+        }
+      }
     }
-    if (state.runtime.free != nullptr) state.runtime.free(ptr);
+    if (runtime.free != nullptr) runtime.free(ptr);
   }
 };
 
@@ -433,6 +470,7 @@ void Memcpy(void* dst, size_t dest_max, const void* src, size_t count,
   const AclRuntime& runtime = Runtime();
   if (count == 0) return;
   BindThread();
+  RaisePendingFault();
   CheckAcl(runtime.memcpy(dst, dest_max, src, count, static_cast<int>(kind)),
            "aclrtMemcpy");
 }
@@ -505,6 +543,7 @@ void SynchronizeStream(c10::Stream stream) {
   const AclRuntime& runtime = Runtime();
   AclStream handle = StreamHandle(stream);
   DeviceScope scope(stream.device_index());
+  RaisePendingFault();
   CheckAcl(runtime.synchronize_stream(handle), "aclrtSynchronizeStream");
 }
 
@@ -513,6 +552,7 @@ void SynchronizeDevice(c10::DeviceIndex device) {
   if (device == -1) device = CurrentDevice();
   CheckDevice(device);
   DeviceScope scope(device);
+  RaisePendingFault();
   CheckAcl(runtime.synchronize_device(), "aclrtSynchronizeDevice");
 }
 
@@ -565,8 +605,11 @@ PYBIND11_MODULE(_npu_device, m) {
       "The 'npu' test device (torch PrivateUse1) over a CANN runtime library. "
       "Use polyops._cann_double.use_cann_double() rather than this module.";
   // c10::Error's what() carries a C++ backtrace; Python callers get the
-  // message alone, as from torch's own bindings.
-  py::register_exception_translator([](std::exception_ptr error) {
+  // message alone, as from torch's own bindings. Module-local: pybind11
+  // shares its translator registry between extension modules, so a global
+  // translator would also turn torch's own c10::ValueError, IndexError & co.
+  // (and polyops' errors raised through torch.ops) into RuntimeError.
+  py::register_local_exception_translator([](std::exception_ptr error) {
     try {
       if (error) std::rethrow_exception(error);
     } catch (const c10::Error& e) {

@@ -166,7 +166,8 @@ inline Tensor ToView(const at::Tensor& tensor, const char* op,
     }
   }
   return Tensor::FromParts(data, static_cast<int>(ndim), tensor.sizes().data(),
-                           tensor.strides().data(), dtype, device);
+                           tensor.strides().data(), dtype, device)
+      .WithUnitStridesNormalized();
 }
 
 inline std::optional<Tensor> ToOptionalView(

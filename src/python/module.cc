@@ -15,6 +15,9 @@
 #include "cuda/workspace.h"
 #include "python/cuda_allocator.h"
 #endif
+#ifdef POLYOPS_WITH_ASCEND
+#include "ascend/launch.h"
+#endif
 
 #ifndef POLYOPS_TORCH_VERSION
 #define POLYOPS_TORCH_VERSION "unknown"
@@ -199,6 +202,9 @@ PYBIND11_MODULE(_C, module) {
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
     cpu::autotune::Clear();
+#ifdef POLYOPS_WITH_ASCEND
+    ascend::ReleaseStreamPools();  // the npu per-stream workspace pools
+#endif
   });
   // The measured choice of the CPU products' path (cpu/gemm_autotune.h;
   // python/polyops/_autotune.py is the public face).

@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <optional>
 
-#include "ascend/copy.h"
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/apply_rotary_pos_emb.h"
 #include "core/operator.h"
@@ -27,8 +27,7 @@ namespace polyops {
 // NotImplementedError: a head size other than 128 (the only one of the
 // doc's Atlas A2 table, which the double enforces), partial rotary (the
 // API rotates whole heads), query/key/outputs not contiguous [T, H, D]
-// (the API reads TND). Up to 5 launches per call, so this op relies on
-// the multi-launch scratch contract of ascend::Operand.
+// (the API reads TND). Up to 5 launches per call, one RunSteps unit.
 template <>
 class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
     : public ApplyRotaryPosEmb {
@@ -70,28 +69,54 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
     const RotaryGeometry& g = geometry_;
     if (g.tokens == 0) return;
     using ascend::Operand;
-    const Tensor q = Heads(query_out ? *query_out : query, g.query.heads);
-    if (query_out) {
-      ascend::RunCopy(query_copy_, kName, handle, Operand::Ref(q),
-                      Operand::In(Heads(query, g.query.heads)), scratch_bytes_);
-    }
-    Operand k = Operand::ScratchRef(Table(query), 2 * table_bytes_);
-    if (key) {
-      k = Operand::Ref(Heads(key_out ? *key_out : *key, g.key.heads));
-      if (key_out) {
-        ascend::RunCopy(key_copy_, kName, handle, k,
-                        Operand::In(Heads(*key, g.key.heads)), scratch_bytes_);
-      }
-    }
-    Expand(cos_copy_, handle, cos, 0);
-    Expand(sin_copy_, handle, sin, table_bytes_);
-    static const auto launch =
+    static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
+    static const auto rope =
         ascend::Phase2("aclnnApplyRotaryPosEmbV2", "8.2.RC1.alpha002");
-    executor_.Run(kName, "aclnnApplyRotaryPosEmbV2", handle,
-                  {Operand::Ref(q), k, Operand::ScratchIn(Table(query), 0),
-                   Operand::ScratchIn(Table(query), table_bytes_)},
-                  scratch_bytes_, &Prepare, const_cast<Operator*>(this),
-                  launch);
+    const Tensor q = Heads(query_out ? *query_out : query, g.query.heads);
+    const Operand k =
+        key ? Operand::Ref(Heads(key_out ? *key_out : *key, g.key.heads))
+            : Operand::ScratchRef(Table(query), 2 * table_bytes_);
+    // The key copy's source (query when it does not run).
+    const Tensor key_in = key ? Heads(*key, g.key.heads) : q;
+    const Expansion c = Expand(cos, 0);
+    const Expansion s = Expand(sin, table_bytes_);
+    // One unit: the cos/sin tables in scratch must not be overwritten by
+    // another call on the stream before the rotation reads them.
+    const ascend::Step query_step{
+        &query_copy_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(q), Operand::In(Heads(query, g.query.heads))},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step key_step{&key_copy_,
+                                "aclnnInplaceCopy",
+                                {k, Operand::In(key_in)},
+                                &ascend::PrepareInplaceCopy,
+                                nullptr,
+                                copy};
+    const ascend::Step cos_step{&cos_copy_,        "aclnnInplaceCopy",
+                                {c.table, c.half}, &ascend::PrepareInplaceCopy,
+                                nullptr,           copy};
+    const ascend::Step sin_step{&sin_copy_,        "aclnnInplaceCopy",
+                                {s.table, s.half}, &ascend::PrepareInplaceCopy,
+                                nullptr,           copy};
+    const ascend::Step rope_step{
+        &executor_,
+        "aclnnApplyRotaryPosEmbV2",
+        {Operand::Ref(q), k, Operand::ScratchIn(Table(query), 0),
+         Operand::ScratchIn(Table(query), table_bytes_)},
+        &Prepare,
+        const_cast<Operator*>(this),
+        rope};
+    ascend::Step steps[5];
+    size_t count = 0;
+    if (query_out) steps[count++] = query_step;
+    if (key && key_out) steps[count++] = key_step;
+    steps[count++] = cos_step;
+    steps[count++] = sin_step;
+    steps[count++] = rope_step;
+    ascend::RunSteps(kName, handle, scratch_bytes_, steps, count);
   }
 
  private:
@@ -123,10 +148,14 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
                 {kHeadDim, kHeadDim, 1}, like);
   }
 
-  // table (scratch at `offset`) <- half, [T, 64] (row stride free),
-  // repeated as the rotary mode pairs the dims.
-  void Expand(ascend::ExecutorCache& executor, const Handle& handle,
-              const Tensor& half, int64_t offset) const {
+  // The copy that fills a [T, 1, 128] table (scratch at `offset`) from
+  // `half`, [T, 64] (row stride free), repeated as the rotary mode pairs
+  // the dims.
+  struct Expansion {
+    ascend::Operand table;
+    ascend::Operand half;
+  };
+  Expansion Expand(const Tensor& half, int64_t offset) const {
     const int64_t t = geometry_.tokens;
     const int64_t h = kHeadDim / 2;
     const int64_t row = half.stride(0);
@@ -141,9 +170,7 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
                                    {row, 0, 0, 1}, half)
                             : View(half.data(), half.dtype(), {t, 1, h, 1},
                                    {row, 0, 1, 0}, half);
-    ascend::RunCopy(executor, kName, handle,
-                    ascend::Operand::ScratchRef(dst, offset),
-                    ascend::Operand::In(src), scratch_bytes_);
+    return {ascend::Operand::ScratchRef(dst, offset), ascend::Operand::In(src)};
   }
 
   static ascend::AclnnStatus Prepare(void* self, ascend::AclTensor* const* t,

@@ -3,7 +3,8 @@
 
 #include <optional>
 
-#include "ascend/copy.h"
+#include "ascend/aclnn_prepare.h"
+#include "ascend/launch.h"
 #include "base/cast.h"
 #include "core/operator.h"
 
@@ -19,8 +20,11 @@ class Operator<Cast, Device::Type::kAscend, 0> : public Cast {
   void operator()(const Handle& handle, const Tensor& input, DataType,
                   const std::optional<Tensor>& out) const override {
     if (out->numel() == 0) return;
-    ascend::RunCast(executor_, kName, handle, ascend::Operand::In(input),
-                    ascend::Operand::Out(*out), 0);
+    static const auto launch = ascend::Phase2("aclnnCast", "8.0.RC1");
+    ascend::AclDataType dtype = ascend::ToAcl(out->dtype());
+    executor_.Run(kName, "aclnnCast", handle,
+                  {ascend::Operand::In(input), ascend::Operand::Out(*out)}, 0,
+                  &ascend::PrepareCast, &dtype, launch);
   }
 
  private:

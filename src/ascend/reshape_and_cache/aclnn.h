@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "ascend/copy.h"
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/reshape_and_cache.h"
 #include "core/operator.h"
@@ -91,27 +91,44 @@ class Operator<ReshapeAndCache, Device::Type::kAscend, 0>
                   const Tensor& slot_mapping) const override {
     if (tokens_ == 0) return;
     using ascend::Operand;
-    Operand k = Operand::In(Rows(key));
-    Operand v = Operand::In(Rows(value));
-    if (copy_key_) {
-      k = Operand::ScratchIn(Rows(Packed(key)), 0);
-      ascend::RunCopy(key_copy_, kName, handle,
-                      Operand::ScratchRef(Packed(key), 0), Operand::In(key),
-                      scratch_bytes_);
-    }
-    if (copy_value_) {
-      v = Operand::ScratchIn(Rows(Packed(value)), value_offset_);
-      ascend::RunCopy(value_copy_, kName, handle,
-                      Operand::ScratchRef(Packed(value), value_offset_),
-                      Operand::In(value), scratch_bytes_);
-    }
-    static const auto launch =
+    static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
+    static const auto scatter =
         ascend::Phase2("aclnnScatterPaKvCache", "8.3.RC1");
-    executor_.Run(kName, "aclnnScatterPaKvCache", handle,
-                  {k, Operand::Ref(Rows(key_cache)), Operand::In(slot_mapping),
-                   v, Operand::Ref(Rows(value_cache))},
-                  scratch_bytes_, &Prepare, const_cast<Operator*>(this),
-                  launch);
+    const Operand k = copy_key_ ? Operand::ScratchIn(Rows(Packed(key)), 0)
+                                : Operand::In(Rows(key));
+    const Operand v =
+        copy_value_ ? Operand::ScratchIn(Rows(Packed(value)), value_offset_)
+                    : Operand::In(Rows(value));
+    // One unit: the packed copies in scratch must not be overwritten by
+    // another call on the stream before the scatter reads them.
+    const ascend::Step key_step{
+        &key_copy_,
+        "aclnnInplaceCopy",
+        {Operand::ScratchRef(Packed(key), 0), Operand::In(key)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step value_step{
+        &value_copy_,
+        "aclnnInplaceCopy",
+        {Operand::ScratchRef(Packed(value), value_offset_), Operand::In(value)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step scatter_step{
+        &executor_,
+        "aclnnScatterPaKvCache",
+        {k, Operand::Ref(Rows(key_cache)), Operand::In(slot_mapping), v,
+         Operand::Ref(Rows(value_cache))},
+        &Prepare,
+        const_cast<Operator*>(this),
+        scatter};
+    ascend::Step steps[3];
+    size_t count = 0;
+    if (copy_key_) steps[count++] = key_step;
+    if (copy_value_) steps[count++] = value_step;
+    steps[count++] = scatter_step;
+    ascend::RunSteps(kName, handle, scratch_bytes_, steps, count);
   }
 
  private:

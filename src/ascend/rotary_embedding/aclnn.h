@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <optional>
 
-#include "ascend/copy.h"
+#include "ascend/aclnn_prepare.h"
 #include "ascend/launch.h"
 #include "base/rotary_embedding.h"
 #include "core/operator.h"
@@ -23,7 +23,7 @@ namespace polyops {
 //   key None: keyIn is query's first head (read only) and keyOut a
 //   scratch [T, head_size], discarded.
 //   int32 positions: aclnnCast to int64 into scratch first (the API takes
-//   INT64 only), a second launch.
+//   INT64 only), a second launch in the same RunSteps unit.
 // NotImplementedError: head_size or rotary_dim not a multiple of 32
 // (float16/bfloat16) or 16 (float32), a float32 cos_sin_cache with a
 // float16/bfloat16 query (the API takes the cache in query's dtype, as the
@@ -94,14 +94,12 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
     const RotaryGeometry& g = geometry_;
     if (g.tokens == 0) return;
     using ascend::Operand;
-    Operand position = Operand::In(positions);
-    if (position_dtype_ == DataType::kInt32) {
-      const Tensor wide =
-          View(positions, DataType::kInt64, nullptr, {g.tokens}, {1});
-      ascend::RunCast(cast_, kName, handle, Operand::In(positions),
-                      Operand::Scratch(wide, 0), scratch_bytes_);
-      position = Operand::ScratchIn(wide, 0);
-    }
+    static const auto cast = ascend::Phase2("aclnnCast", "8.0.RC1");
+    static const auto rope =
+        ascend::Phase2("aclnnRopeWithSinCosCache", "8.1.RC1.beta1");
+    const bool widen = position_dtype_ == DataType::kInt32;
+    const Tensor wide =
+        View(positions, DataType::kInt64, nullptr, {g.tokens}, {1});
     const Tensor& q_out = query_out ? *query_out : query;
     const Tensor first_head =
         View(query, dtype_, query.data(), {g.tokens, g.head_size},
@@ -113,14 +111,29 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
             : Operand::Scratch(View(query, dtype_, nullptr,
                                     {g.tokens, g.head_size}, {g.head_size, 1}),
                                key_offset_);
-    static const auto launch =
-        ascend::Phase2("aclnnRopeWithSinCosCache", "8.1.RC1.beta1");
-    executor_.Run(kName, "aclnnRopeWithSinCosCache", handle,
-                  {position, Operand::In(Flat(query, g.query)), key_in,
-                   Operand::In(cos_sin_cache),
-                   Operand::Out(Flat(q_out, g.query_out)), key_result},
-                  scratch_bytes_, &Prepare, const_cast<Operator*>(this),
-                  launch);
+    // One unit: the int64 positions in scratch must not be overwritten by
+    // another call on the stream between the cast and the rotation.
+    const ascend::Step cast_step{
+        &cast_,
+        "aclnnCast",
+        {Operand::In(positions), Operand::Scratch(wide, 0)},
+        &ascend::PrepareCast,
+        const_cast<ascend::AclDataType*>(&kWidePositions),
+        cast};
+    const ascend::Step rope_step{
+        &executor_,
+        "aclnnRopeWithSinCosCache",
+        {widen ? Operand::ScratchIn(wide, 0) : Operand::In(positions),
+         Operand::In(Flat(query, g.query)), key_in, Operand::In(cos_sin_cache),
+         Operand::Out(Flat(q_out, g.query_out)), key_result},
+        &Prepare,
+        const_cast<Operator*>(this),
+        rope};
+    ascend::Step steps[2];
+    size_t count = 0;
+    if (widen) steps[count++] = cast_step;
+    steps[count++] = rope_step;
+    ascend::RunSteps(kName, handle, scratch_bytes_, steps, count);
   }
 
  private:
@@ -153,6 +166,10 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
     return get(t[0], t[1], t[2], t[3], nullptr, g.head_size, g.neox, t[4], t[5],
                workspace, executor);
   }
+
+  // The API takes INT64 positions only.
+  static constexpr ascend::AclDataType kWidePositions =
+      ascend::AclDataType::kInt64;
 
   int64_t scratch_bytes_ = 0;
   int64_t key_offset_ = 0;
