@@ -191,15 +191,20 @@ def _child(body: str) -> str:
 def test_an_existing_vllm_registration_is_kept():
     """vLLM's extension loaded first (simulated with a Library of the same names): its
     CPU kernel stays, polyops only fills the keys without one, and an op defined with
-    another schema (another vLLM version) is left alone."""
+    another schema (another vLLM version) is left alone. Where vLLM's kernel runs, the
+    fake does not validate and autograd is torch's; where polyops' runs, both are
+    polyops'."""
     out = _child(
         """
+        from torch._subclasses.fake_tensor import FakeTensorMode
         lib = torch.library.Library("_C", "DEF")
         lib.define("rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()")
         def sevens(result, input, weight, eps):
             result.fill_(7.0)
         lib.impl("rms_norm", sevens, "CPU")
         lib.define("silu_and_mul(Tensor! out, Tensor input, int extra) -> ()")
+        lib.define("rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, "
+                   "int head_size, Tensor cos_sin_cache, bool is_neox) -> ()")
         report = pv.register(["cpu"])
         print(report)
         assert "CPU" not in report.registered["_C::rms_norm"], report
@@ -211,6 +216,26 @@ def test_an_existing_vllm_registration_is_kept():
         out = torch.empty_like(x)
         torch.ops._C.rms_norm(out, x, torch.ones(8), 1e-6)
         assert bool((out == 7.0).all()), "vLLM's kernel was replaced"
+        fake = lambda: FakeTensorMode(allow_non_fake_inputs=True)
+        with fake():  # vLLM's kernel: polyops' checks do not apply
+            torch.ops._C.rms_norm(torch.empty(2, 8), x, torch.ones(5), 1e-6)
+        torch.ops._C.rms_norm(out, x.clone().requires_grad_(), torch.ones(8), 1e-6)
+        assert report.registered["_C::rotary_embedding"] == ("CPU",), report
+        args = (torch.zeros(2, 3, dtype=torch.long), torch.randn(3, 2, 64), None, 64,
+                torch.randn(8, 64), True)
+        for run in (fake, torch.no_grad):  # polyops' CPU kernel: its checks
+            try:
+                with run():
+                    torch.ops._C.rotary_embedding(*args)
+                raise AssertionError("not refused")
+            except ValueError as error:
+                assert "same batch_size and seq_len" in str(error), error
+        try:
+            cache = args[4].clone().requires_grad_()
+            torch.ops._C.rotary_embedding(args[0][0], args[1][0], None, 64, cache, True)
+            raise AssertionError("not refused")
+        except NotImplementedError as error:
+            assert "polyops._C.rotary_embedding does not support autograd" in str(error)
         print("OK")
         """
     )

@@ -17,6 +17,7 @@ The reproducers are those of docs/torch.md, "torch.compile limitations".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -55,8 +56,6 @@ def _cause_chain(error: BaseException) -> Iterator[BaseException]:
 def _assert_raised(info: pytest.ExceptionInfo, kind: type, pattern: str) -> None:
     """`kind` matching `pattern` was raised, directly or as the cause torch.compile wraps
     (fullgraph=True reports a fake kernel's error as torch._dynamo.exc.Unsupported)."""
-    import re
-
     found = [e for e in _cause_chain(info.value) if isinstance(e, kind)]
     assert found, f"no {kind.__name__} in {info.value!r}"
     assert re.search(pattern, str(found[0])), str(found[0])
@@ -84,6 +83,23 @@ def _replace(named: dict, slot: tuple[str, int | None], value: torch.Tensor) -> 
     return values
 
 
+def _strided_like(t: torch.Tensor, device: str) -> torch.Tensor:
+    """Uninitialized, with t's strides and offset (to() and clone() make non-dense tensors
+    dense)."""
+    size = t.untyped_storage().nbytes() // t.element_size()
+    base = torch.empty(size, dtype=t.dtype, device=device)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return _strided_like(t, "cpu").copy_(t)
+
+
+def _to_meta(t: torch.Tensor) -> torch.Tensor:
+    """The same geometry on the meta device, a leaf that requires grad if `t` does."""
+    return _strided_like(t, "meta").requires_grad_(t.requires_grad)
+
+
 # --- 1. autograd --------------------------------------------------------------------------
 
 
@@ -95,13 +111,13 @@ def _float_slots(named: dict) -> list[tuple[str, int | None]]:
     ]
 
 
-def _grad_cases():
+def _overload_params():
     return [
         pytest.param(op, overload, id=f"{op}.{overload or 'default'}") for op, overload in OVERLOADS
     ]
 
 
-@pytest.mark.parametrize(("op", "overload"), _grad_cases())
+@pytest.mark.parametrize(("op", "overload"), _overload_params())
 def test_every_overload_refuses_tensors_that_require_grad(op, overload):
     fn = _overload(op, overload)
     named = _named(fn, *_overload_case(op, overload, CASES[op][0]))
@@ -130,23 +146,6 @@ def test_every_overload_refuses_tensors_that_require_grad(op, overload):
             _call(fn, tree_map_only(torch.Tensor, _to_meta, values))
         with torch.no_grad():  # inference: allowed
             _call(fn, values)
-
-
-def _strided_like(t: torch.Tensor, device: str) -> torch.Tensor:
-    """Uninitialized, with t's strides and offset (to() and clone() make non-dense tensors
-    dense)."""
-    size = t.untyped_storage().nbytes() // t.element_size()
-    base = torch.empty(size, dtype=t.dtype, device=device)
-    return base.as_strided(t.shape, t.stride(), t.storage_offset())
-
-
-def _copy(t: torch.Tensor) -> torch.Tensor:
-    return _strided_like(t, "cpu").copy_(t)
-
-
-def _to_meta(t: torch.Tensor) -> torch.Tensor:
-    """The same geometry on the meta device, a leaf that requires grad if `t` does."""
-    return _strided_like(t, "meta").requires_grad_(t.requires_grad)
 
 
 def _reproducer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -242,7 +241,7 @@ def _same(real: tuple, other: tuple) -> bool:
     )
 
 
-@pytest.mark.parametrize(("op", "overload"), _grad_cases())
+@pytest.mark.parametrize(("op", "overload"), _overload_params())
 def test_fakes_refuse_what_the_kernels_refuse(op, overload):
     fn = _overload(op, overload)
     slots = compared = refused = 0

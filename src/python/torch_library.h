@@ -210,8 +210,11 @@ class MetaArguments {
     return View(name);
   }
   std::vector<Tensor> Views(const char* name) const {
+    PyObject* list = Required(name);
+    POLYOPS_CHECK(PyList_Check(list), "polyops.", op_, ": ", name,
+                  " must be given as a list");
     std::vector<Tensor> views;
-    for (py::handle item : py::reinterpret_borrow<py::list>(Required(name))) {
+    for (py::handle item : py::reinterpret_borrow<py::list>(list)) {
       views.push_back(Checked(item, name));
     }
     return views;
@@ -229,6 +232,9 @@ class MetaArguments {
   // ToView checks without reading memory: dims, dtype, device type.
   Tensor ToMetaView(py::handle value, const char* name,
                     c10::Device* device) const {
+    POLYOPS_CHECK(PyTuple_Check(value.ptr()) && PyTuple_Size(value.ptr()) == 4,
+                  "polyops.", op_, ": ", name,
+                  " must be given as (sizes, strides, dtype, device)");
     const auto meta = py::reinterpret_borrow<py::tuple>(value);
     const auto sizes = meta[0].cast<std::vector<int64_t>>();
     const auto strides = meta[1].cast<std::vector<int64_t>>();

@@ -244,7 +244,10 @@ def _kernel(qualname: str) -> Callable[..., None]:
 
 
 def _fake(qualname: str) -> Callable[..., None]:
-    """Every mapped op only mutates its arguments: the fake validates, allocates nothing."""
+    """Every mapped op only mutates its arguments: the fake allocates nothing. It validates
+    the polyops call (and pins written offsets, see _torch_library.pin_storage_offset) where
+    polyops runs the op: everywhere for an op polyops defined, else on the devices whose
+    keys it took, so vLLM's own kernels keep their tracing behaviour."""
     call = _CALLS[qualname]
     namespace, name = qualname.split("::")
     arguments = torch._C.parse_schema(f"{namespace}::{SCHEMAS[qualname]}").arguments
@@ -253,6 +256,9 @@ def _fake(qualname: str) -> Callable[..., None]:
     ]
 
     def fake(*args: object) -> None:
+        device = next(a.device.type for a in args if isinstance(a, torch.Tensor))
+        if qualname not in _defined and DISPATCH_KEYS.get(device) not in _ours[qualname]:
+            return
         for index, argument in written:
             _torch_library.pin_storage_offset(args[index], f"{namespace}.{name}", argument)
         op, values, note = call(*args)
@@ -270,6 +276,8 @@ _lock = threading.Lock()
 _libraries: dict[str, torch.library.Library] = {}
 # qualname -> dispatch keys registered by this module.
 _ours: dict[str, set[str]] = {}
+# The ops this module defined (vLLM's extension had not).
+_defined: set[str] = set()
 
 
 def _library(namespace: str) -> torch.library.Library:
@@ -333,6 +341,7 @@ def register(devices: Sequence[str] | None = None) -> RegistrationReport:
             lib = _library(namespace)
             if existing is None:
                 lib.define(schema_text)
+                _defined.add(qualname)
                 torch.library.register_fake(qualname, _fake(qualname), lib=lib)
                 _C._refuse_autograd(qualname, "Autograd")
             elif _signature(existing) != _signature(wanted):
