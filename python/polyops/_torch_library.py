@@ -59,6 +59,16 @@ def _product(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool) -> 
     return a.new_empty((batch, m, n))
 
 
+def _broadcast(v: Values) -> torch.Tensor:
+    """BinaryElementwise::DefaultOut: the broadcast shape of input and other, input's dtype."""
+    input, other = v["input"], v["other"]
+    try:
+        shape = torch.broadcast_shapes(input.shape, other.shape)
+    except RuntimeError:
+        shape = input.shape  # the kernel raises
+    return input.new_empty(shape)
+
+
 def _linear(v: Values) -> torch.Tensor:
     x, weight = v["input"], v["weight"]
     shape = list(x.shape)
@@ -81,7 +91,7 @@ def _sampling(v: Values) -> torch.Tensor:
 
 #: op -> output -> shape rule; mirrors the Default<Out> functions of src/base/<op>.h.
 SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
-    "add": {"out": _like("input")},
+    "add": {"out": _broadcast},
     "add_rms_norm": {"y_out": _like("x1"), "x_out": _like("x1")},
     "cast": {"out": _cast},
     "cat": {"out": _cat},
@@ -90,7 +100,7 @@ SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
     "gemm": {"out": lambda v: _product(v["a"], v["trans_a"], v["b"], v["trans_b"])},
     "linear": {"out": _linear},
     "matmul": {"out": lambda v: _product(v["input"], False, v["other"], False)},
-    "mul": {"out": _like("input")},
+    "mul": {"out": _broadcast},
     "paged_attention": {"out": _like("query")},
     "rms_norm": {"out": _like("input")},
     "silu_and_mul": {"out": _silu_and_mul},
