@@ -125,6 +125,9 @@ CASES: dict[str, list[Callable[[], Case]]] = {
     "matmul": [
         lambda: Case((_randn(4, 8), _randn(8, 5, seed=1)), outputs=_like((4, 5))),
         lambda: Case((_randn(1, 4, 8), _randn(3, 8, 5, seed=1)), outputs=_like((3, 4, 5))),
+        lambda: Case((_randn(8), _randn(8, seed=1)), outputs=_like(())),
+        lambda: Case((_randn(8), _randn(2, 8, 5, seed=1)), outputs=_like((2, 5))),
+        lambda: Case((_randn(2, 1, 4, 8), _randn(3, 8, 5, seed=1)), outputs=_like((2, 3, 4, 5))),
     ],
     "gemm": [
         lambda: Case(

@@ -69,6 +69,20 @@ def _broadcast(v: Values) -> torch.Tensor:
     return input.new_empty(shape)
 
 
+def _matmul(v: Values) -> torch.Tensor:
+    """Matmul::DefaultOut: torch.matmul's result shape (1-D operands, broadcast batch dims)."""
+    a, b = v["input"], v["other"]
+    if a.dim() < 1 or b.dim() < 1:
+        return a.new_empty(a.shape)  # the kernel raises
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        return a.new_empty(a.shape)  # the kernel raises
+    rows = (a.shape[-2],) if a.dim() >= 2 else ()
+    columns = (b.shape[-1],) if b.dim() >= 2 else ()
+    return a.new_empty((*batch, *rows, *columns))
+
+
 def _linear(v: Values) -> torch.Tensor:
     x, weight = v["input"], v["weight"]
     shape = list(x.shape)
@@ -99,7 +113,7 @@ SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
     "flash_attention": {"out": _like("query")},
     "gemm": {"out": lambda v: _product(v["a"], v["trans_a"], v["b"], v["trans_b"])},
     "linear": {"out": _linear},
-    "matmul": {"out": lambda v: _product(v["input"], False, v["other"], False)},
+    "matmul": {"out": _matmul},
     "mul": {"out": _broadcast},
     "paged_attention": {"out": _like("query")},
     "rms_norm": {"out": _like("input")},

@@ -601,11 +601,19 @@ def _column_major(t: Tensor) -> Tensor:
     return t.mT.contiguous().mT
 
 
+def _matmul_shape(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[int, ...]:
+    """torch.matmul's result shape: broadcast batch dims, a 1-D operand's dim dropped."""
+    batch = torch.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    rows = tuple(a_shape[-2:-1]) if len(a_shape) >= 2 else ()
+    columns = tuple(b_shape[-1:]) if len(b_shape) >= 2 else ()
+    return (*batch, *rows, *columns)
+
+
 def _matmul_cases(dtype: torch.dtype) -> list[Case]:
     def case(name, a_shape, b_shape, *, a="contiguous", b="contiguous", out=None):
         def build(inp: Inputs) -> Call:
             x, y = inp.tensor(a_shape, dtype, layout=a), inp.tensor(b_shape, dtype, layout=b)
-            result = torch.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1])
+            result = _matmul_shape(a_shape, b_shape)
             outputs = {} if out is None else {"out": inp.empty(result, dtype, out)}
             return Call((x, y), outputs=outputs)
 
@@ -624,6 +632,18 @@ def _matmul_cases(dtype: torch.dtype) -> list[Case]:
             "column-major-3x9x13@3x13x6", (3, 9, 13), (3, 13, 6), a=_column_major, b=_column_major
         ),
         case("out-rows-9x13@13x6", (9, 13), (13, 6), a="rows", out="rows"),
+        # 1-D operands: a row vector, a column vector, or both (a 0-d dot product).
+        case("64@64-dot", (64,), (64,)),
+        case("33@33x9", (33,), (33, 9)),
+        case("17x33@33-step", (17, 33), (33,), b="step"),
+        case("4x6x5@5", (4, 6, 5), (5,)),
+        case("5@3x5x4", (5,), (3, 5, 4)),
+        # N-D batches, broadcast between the operands.
+        case("2x3x4x5@2x3x5x6", (2, 3, 4, 5), (2, 3, 5, 6)),
+        case("2x2x3x4x5@5x6-shared", (2, 2, 3, 4, 5), (5, 6)),
+        case("2x1x6x5@3x5x4-outer", (2, 1, 6, 5), (3, 5, 4)),
+        case("3x1x6x5@1x4x5x7-out-rows", (3, 1, 6, 5), (1, 4, 5, 7), out="rows"),
+        case("2x0x4x5@1x5x3", (2, 0, 4, 5), (1, 5, 3)),
     ]
 
 
