@@ -197,6 +197,42 @@ def test_work_runs_on_the_current_stream_and_on_stream_argument():
     assert side == explicit and side != default
 
 
+def test_add_mul_broadcast_and_alpha_in_both_call_forms():
+    # Two-sided broadcasting and alpha reach aclnnAdd / aclnnMul; the alpha
+    # scalar is the dtype's value (0.1 in bfloat16) or an INT64 that wraps.
+    result = run_child(
+        """
+        from polyops.testing.references import add_reference, mul_reference
+        g = torch.Generator().manual_seed(5)
+        worst = {}
+        for dtype in (torch.bfloat16, torch.float32, torch.float64):
+            a = torch.randn(3, 1, 7, generator=g, dtype=torch.float64).to(dtype)
+            b = torch.randn(4, 1, generator=g, dtype=torch.float64).to(dtype)
+            for name, api in (("polyops", polyops), ("torch.ops", torch.ops.polyops)):
+                got = api.add(a.to("npu"), b.to("npu"), alpha=0.1).cpu()
+                want = add_reference(a, b, alpha=0.1)
+                worst[f"add-{name}-{dtype}"] = [list(got.shape), float(
+                    ((got.double() - want).abs() / want.abs().clamp(min=1e-3)).max())]
+                got = api.mul(b.to("npu"), a.to("npu")).cpu()
+                want = mul_reference(b, a)
+                worst[f"mul-{name}-{dtype}"] = [list(got.shape), float(
+                    ((got.double() - want).abs() / want.abs().clamp(min=1e-3)).max())]
+        u8 = torch.tensor([1, 200, 0], dtype=torch.uint8)
+        wrapped = polyops.add(u8.to("npu"), u8.flip(0).to("npu"), alpha=-1).cpu().tolist()
+        clear_cann_calls()
+        polyops.add(torch.ones(2).to("npu"), torch.ones(2).to("npu"), alpha=0.5)
+        report({"worst": worst, "wrapped": wrapped,
+                "calls": [c["function"] for c in cann_calls()]})
+        """
+    )
+    bound = {"bfloat16": 2.0**-8 + 2.0**-23, "float32": 2.0**-23, "float64": 2.0**-52}
+    for key, (shape, error) in result["worst"].items():
+        assert shape == [3, 4, 7], key
+        assert error <= bound[key.split("torch.")[-1]], (key, error)
+    assert result["wrapped"] == [1, 0, 255]  # 1 - 0, 200 - 200, 0 - 1
+    assert "aclnnAddGetWorkspaceSize" in result["calls"], result["calls"]
+
+
 def _copy_double(tmp_path: pathlib.Path, names: dict[str, str]) -> pathlib.Path:
     source = _double_dir()
     for name, target in names.items():

@@ -213,3 +213,28 @@ def test_apply_rotary_pos_emb_key_none_and_out_of_place():
         """
     )
     assert result < 1e-4
+
+
+def test_matmul_torch_semantics_in_both_call_forms():
+    # 1-D operands and broadcast batch dims go to aclnnMatmul as they are.
+    result = run_child(
+        """
+        from polyops.testing.references import matmul_reference
+        g = torch.Generator().manual_seed(9)
+        shapes = [((7,), (7,)), ((7,), (7, 5)), ((6, 7), (7,)), ((2, 1, 6, 7), (3, 7, 5)),
+                  ((5,), (2, 3, 5, 4)), ((2, 3, 6, 7), (7, 5))]
+        worst = {}
+        for x_shape, y_shape in shapes:
+            a = torch.randn(*x_shape, generator=g)
+            b = torch.randn(*y_shape, generator=g)
+            want = matmul_reference(a, b)
+            for name, api in (("polyops", polyops), ("torch.ops", torch.ops.polyops)):
+                got = api.matmul(a.to("npu"), b.to("npu")).cpu()
+                worst[f"{x_shape}@{y_shape}-{name}"] = [
+                    list(got.shape), list(want.shape), float((got.double() - want).abs().max())]
+        report(worst)
+        """
+    )
+    for key, (shape, expected, error) in result.items():
+        assert shape == expected, key
+        assert error <= 1e-5, (key, error)

@@ -1,6 +1,6 @@
 """The row kernels, the attention tile kernel, the compute-bound elementwise maps
-(silu_and_mul's two slots, swiglu), the rotary kernel and add / mul exist in baseline, AVX2
-and AVX-512 builds, chosen at run time.
+(silu_and_mul's two slots, swiglu), the rotary kernel and add (alpha included) / mul
+exist in baseline, AVX2 and AVX-512 builds, chosen at run time.
 
 POLYOPS_CPU_ISA caps the choice, so each variant runs here in a subprocess
 (and AVX-512 with and without AVX512_BF16's rounding instruction) and must
@@ -118,6 +118,10 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     ma[3, :3], ma[4, 0], mb[5, :2] = nan, -inf, 1e-39
     out[f"mul_{dtype}"] = polyops.mul(ma, mb)
     out[f"add_{dtype}"] = polyops.add(ma, mb)
+    # alpha != 1: the vector loops' fused multiply-add, and staged blocks
+    # (transposed operands), whose baseline build calls libm's fma.
+    out[f"add_alpha_{dtype}"] = polyops.add(ma, mb, alpha=-0.3)
+    out[f"add_alpha_blocks_{dtype}"] = polyops.add(ma[:40].t(), mb[:40].t(), alpha=0.7)
     # Contiguous, over 16 MiB: AVX-512 and AVX2 stream them (cpu/binary_vector.h).
     out[f"mul_big_{dtype}"] = polyops.mul(big, res)
     out[f"add_big_{dtype}"] = polyops.add(big, res)
@@ -218,6 +222,8 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "causal_softmax_long",
             "mul",
             "add",
+            "add_alpha",
+            "add_alpha_blocks",
             "mul_big",
             "add_big",
         ):
@@ -235,6 +241,8 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
             "causal_softmax_big",
             "mul",
             "add",
+            "add_alpha",
+            "add_alpha_blocks",
             "mul_big",
             "add_big",
         ):

@@ -45,7 +45,7 @@ HEADERS = [
 
 #: Each op's arguments in the C++ constructor's order, with their defaults.
 PARAMS: dict[str, list[tuple[str, object]]] = {
-    "add": [("input", None), ("other", None), ("out", None)],
+    "add": [("input", None), ("other", None), ("alpha", 1.0), ("out", None)],
     "mul": [("input", None), ("other", None), ("out", None)],
     "cast": [("input", None), ("dtype", None), ("out", None)],
     "cat": [("tensors", None), ("dim", 0), ("out", None)],

@@ -124,6 +124,80 @@ def test_matmul_out_row_padding_untouched(gen):
     assert_product_close(base[:, :3], ref_mm(a, b), F32, 7, mag_mm(a, b))
 
 
+# torch.matmul's 1-D operands and broadcast N-D batches.
+TORCH_MATMUL_SHAPES = [
+    ((7,), (7,)),  # dot: a 0-d result
+    ((7,), (7, 5)),
+    ((6, 7), (7,)),
+    ((4, 6, 7), (7,)),
+    ((7,), (3, 7, 5)),
+    ((2, 3, 6, 7), (2, 3, 7, 5)),  # contiguous batch dims: one strided batch
+    ((2, 3, 6, 7), (7, 5)),  # shared 2-D other
+    ((6, 7), (2, 3, 7, 5)),  # shared 2-D input
+    ((2, 1, 6, 7), (3, 7, 5)),  # [2, 1] against [3]: an outer loop
+    ((1, 3, 6, 7), (2, 1, 7, 5)),
+    ((2, 1, 2, 6, 7), (1, 3, 1, 7, 5)),  # two outer dims
+    ((1, 1, 6, 7), (1, 7, 5)),  # batches of one
+    ((2, 0, 6, 7), (1, 7, 5)),  # an empty batch
+    ((0,), (0, 5)),  # k = 0: zeros
+    ((2, 3, 6, 0), (3, 0, 5)),
+]
+
+
+@pytest.mark.parametrize("slot", slot_params("matmul"))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("shapes", TORCH_MATMUL_SHAPES, ids=str)
+def test_matmul_torch_semantics(shapes, dtype, slot, gen, api):
+    a = make_tensor(shapes[0], dtype, gen)
+    b = make_tensor(shapes[1], dtype, gen)
+    out = api.matmul(a, b, implementation_index=slot)
+    assert out.shape == torch.matmul(a.float(), b.float()).shape and out.is_contiguous()
+    assert_product_close(out, ref_mm(a, b), dtype, a.shape[-1], mag_mm(a, b))
+    # A given output, column-major where it has two dims.
+    given = torch.full(out.shape, 5.0, dtype=dtype)
+    if given.dim() >= 2:
+        given = column_major(given)
+    api.matmul(a, b, out=given, implementation_index=slot)
+    assert_product_close(given, ref_mm(a, b), dtype, a.shape[-1], mag_mm(a, b))
+
+
+@pytest.mark.parametrize("slot", slot_params("matmul"))
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtype_id)
+def test_matmul_batch_layouts(dtype, slot, gen):
+    """Batch dims in any strides: permuted (they do not merge), sliced, expanded (stride
+    0, shared), vectors with a step; outputs with permuted batch dims."""
+    a = make_tensor((3, 2, 6, 7), dtype, gen)
+    b = make_tensor((2, 3, 7, 5), dtype, gen)
+    cases = [
+        (a.permute(1, 0, 2, 3), b),  # batch strides out of order
+        (a[:, ::2], b[:1]),  # sliced batch, broadcast against [1, 3]
+        (a[:1].expand(3, 2, 6, 7), b.permute(1, 0, 2, 3)),  # expanded input
+        (a[0, 0], make_tensor((14,), dtype, gen)[::2]),  # matrix @ stepped vector
+        (make_tensor((15,), dtype, gen)[1::2], column_major(b[0]).unsqueeze(0)),
+    ]
+    for x, y in cases:
+        expected = ref_mm(x, y)
+        out = polyops.matmul(x, y, implementation_index=slot)
+        assert_product_close(out, expected, dtype, x.shape[-1], mag_mm(x, y))
+        if expected.dim() >= 3:
+            # out's batch dims permuted: they merge with neither input's.
+            order = [1, 0, *range(2, expected.dim())]
+            given = torch.zeros(expected.permute(order).shape, dtype=dtype).permute(order)
+            polyops.matmul(x, y, out=given, implementation_index=slot)
+            assert_product_close(given, expected, dtype, x.shape[-1], mag_mm(x, y))
+
+
+@pytest.mark.parallel
+@pytest.mark.parametrize("slot", slot_params("matmul"))
+def test_matmul_outer_batches_parallel(slot, gen):
+    # Outer batch indices each run a product large enough for the threaded kernels.
+    a = make_tensor((2, 1, 64, 96), F32, gen)
+    b = make_tensor((3, 96, 80), F32, gen)
+    out = polyops.matmul(a, b, implementation_index=slot)
+    assert out.shape == (2, 3, 64, 80)
+    assert_product_close(out, ref_mm(a, b), F32, 96, mag_mm(a, b))
+
+
 # ---------------------------------------------------------------------------
 # gemm
 
@@ -499,7 +573,37 @@ def test_override_bad_value(monkeypatch):
         (
             lambda: polyops.matmul(torch.ones(2, 3, 4), torch.ones(3, 4, 2)),
             ValueError,
-            r"polyops\.matmul: other must have the batch size of input",
+            r"polyops\.matmul: the batch dims of input \[2\] and other \[3\] do not broadcast",
+        ),
+        (
+            lambda: polyops.matmul(torch.ones(5, 2, 3, 4), torch.ones(3, 2, 4, 2)),
+            ValueError,
+            r"polyops\.matmul: the batch dims of input \[5, 2\] and other \[3, 2\]",
+        ),
+        (
+            lambda: polyops.matmul(torch.ones(4), torch.ones(5)),
+            ValueError,
+            r"polyops\.matmul: other must have as many elements as input has elements \(4\)",
+        ),
+        (
+            lambda: polyops.matmul(torch.ones(3, 4), torch.ones(5)),
+            ValueError,
+            r"polyops\.matmul: other must have as many elements as input has columns",
+        ),
+        (
+            lambda: polyops.matmul(torch.tensor(2.0), torch.ones(2)),
+            ValueError,
+            r"polyops\.matmul: input and other must have at least 1 dim each, got shapes \[\]",
+        ),
+        (
+            lambda: polyops.matmul(torch.ones(4), torch.ones(4), out=torch.ones(1)),
+            ValueError,
+            r"polyops\.matmul: out must have shape \[\], got \[1\]",
+        ),
+        (
+            lambda: polyops.matmul(torch.ones(2, 1, 3, 4), torch.ones(3, 4, 2)),
+            None,
+            None,
         ),
         (
             lambda: polyops.matmul(torch.ones(3, 8)[:, ::2], torch.ones(4, 2)),
@@ -517,9 +621,9 @@ def test_override_bad_value(monkeypatch):
             None,
         ),
         (
-            lambda: polyops.matmul(torch.ones(4), torch.ones(4, 2)),
-            NotImplementedError,
-            r"polyops\.matmul is not supported for input of shape \[4\]",
+            lambda: polyops.matmul(torch.ones(4).expand(3, 4), torch.ones(4)),
+            ValueError,
+            r"polyops\.matmul: input must have unit stride in one of its last two dims",
         ),
         (
             lambda: polyops.matmul(torch.ones(3, 4, dtype=torch.float64), torch.ones(4, 2)),

@@ -22,7 +22,7 @@ KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
 
 # The public API contract, written out by hand.
 CONTRACT = {
-    "add": "(input, other, *, out=None)",
+    "add": "(input, other, *, alpha=1.0, out=None)",
     "mul": "(input, other, *, out=None)",
     "cast": "(input, dtype, *, out=None)",
     "rms_norm": "(input, weight, eps=1e-6, *, out=None)",

@@ -104,12 +104,18 @@ def _like(shape: tuple[int, ...], dtype: torch.dtype = torch.float32):
 
 # op -> representative cases (functions, so every test gets fresh tensors).
 CASES: dict[str, list[Callable[[], Case]]] = {
-    "add": [lambda: Case((_randn(4, 8), _randn(8, seed=1)), outputs=_like((4, 8)))],
+    "add": [
+        lambda: Case((_randn(4, 8), _randn(8, seed=1)), outputs=_like((4, 8))),
+        lambda: Case(
+            (_randn(3, 1), _randn(2, 1, 5, seed=1)), {"alpha": -0.5}, outputs=_like((2, 3, 5))
+        ),
+    ],
     "mul": [
         lambda: Case(
             (_randn(4, 8, dtype=torch.bfloat16), _randn(4, 1, dtype=torch.bfloat16)),
             outputs=_like((4, 8), torch.bfloat16),
-        )
+        ),
+        lambda: Case((_randn(8), _randn(3, 1, seed=1)), outputs=_like((3, 8))),
     ],
     "cast": [lambda: Case((_randn(4, 8), torch.float16), outputs=_like((4, 8), torch.float16))],
     "cat": [
@@ -119,6 +125,9 @@ CASES: dict[str, list[Callable[[], Case]]] = {
     "matmul": [
         lambda: Case((_randn(4, 8), _randn(8, 5, seed=1)), outputs=_like((4, 5))),
         lambda: Case((_randn(1, 4, 8), _randn(3, 8, 5, seed=1)), outputs=_like((3, 4, 5))),
+        lambda: Case((_randn(8), _randn(8, seed=1)), outputs=_like(())),
+        lambda: Case((_randn(8), _randn(2, 8, 5, seed=1)), outputs=_like((2, 5))),
+        lambda: Case((_randn(2, 1, 4, 8), _randn(3, 8, 5, seed=1)), outputs=_like((2, 3, 4, 5))),
     ],
     "gemm": [
         lambda: Case(
@@ -259,7 +268,7 @@ def test_schema_matches_the_python_signature():
         "int? rotary_dim=None, int? implementation_index=None) -> ()"
     )
     assert str(ops.add.out._schema) == (
-        "polyops::add.out(Tensor input, Tensor other, *, Tensor(a!) out, "
+        "polyops::add.out(Tensor input, Tensor other, *, float alpha=1., Tensor(a!) out, "
         "int? implementation_index=None) -> ()"
     )
 
@@ -344,10 +353,10 @@ def test_implementation_index_is_honoured():
 
 def test_errors_keep_their_python_types():
     a = _randn(2, 3)
-    with pytest.raises(ValueError, match=r"polyops\.add: other of shape \[3, 3\]"):
+    with pytest.raises(ValueError, match=r"polyops\.add: input of shape \[2, 3\] and other"):
         ops.add(a, _randn(3, 3))
-    with pytest.raises(ValueError, match=r"polyops\.add: other of shape \[3, 3\]"):
-        ops.add(a, _randn(3, 3), out=torch.empty(2, 3))
+    with pytest.raises(ValueError, match=r"polyops\.add: out must have the broadcast shape"):
+        ops.add(a, _randn(1, 3), out=torch.empty(3, 2))
     with pytest.raises(NotImplementedError, match="input=ComplexFloat"):
         ops.add(a.to(torch.complex64), a.to(torch.complex64))
     with pytest.raises(ValueError, match="cu_seqlens_q"):

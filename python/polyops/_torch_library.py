@@ -63,6 +63,30 @@ def _product(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool) -> 
     return a.new_empty((batch, m, n))
 
 
+def _broadcast(v: Values) -> torch.Tensor:
+    """BinaryElementwise::DefaultOut: the broadcast shape of input and other, input's dtype."""
+    input, other = v["input"], v["other"]
+    try:
+        shape = torch.broadcast_shapes(input.shape, other.shape)
+    except RuntimeError:
+        shape = input.shape  # the kernel raises
+    return input.new_empty(shape)
+
+
+def _matmul(v: Values) -> torch.Tensor:
+    """Matmul::DefaultOut: torch.matmul's result shape (1-D operands, broadcast batch dims)."""
+    a, b = v["input"], v["other"]
+    if a.dim() < 1 or b.dim() < 1:
+        return a.new_empty(a.shape)  # the kernel raises
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        return a.new_empty(a.shape)  # the kernel raises
+    rows = (a.shape[-2],) if a.dim() >= 2 else ()
+    columns = (b.shape[-1],) if b.dim() >= 2 else ()
+    return a.new_empty((*batch, *rows, *columns))
+
+
 def _linear(v: Values) -> torch.Tensor:
     x, weight = v["input"], v["weight"]
     shape = list(x.shape)
@@ -85,7 +109,7 @@ def _sampling(v: Values) -> torch.Tensor:
 
 #: op -> output -> shape rule; mirrors the Default<Out> functions of src/base/<op>.h.
 SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
-    "add": {"out": _like("input")},
+    "add": {"out": _broadcast},
     "add_rms_norm": {"y_out": _like("x1"), "x_out": _like("x1")},
     "cast": {"out": _cast},
     "cat": {"out": _cat},
@@ -93,8 +117,8 @@ SHAPE_RULES: dict[str, dict[str, Callable[[Values], torch.Tensor]]] = {
     "flash_attention": {"out": _like("query")},
     "gemm": {"out": lambda v: _product(v["a"], v["trans_a"], v["b"], v["trans_b"])},
     "linear": {"out": _linear},
-    "matmul": {"out": lambda v: _product(v["input"], False, v["other"], False)},
-    "mul": {"out": _like("input")},
+    "matmul": {"out": _matmul},
+    "mul": {"out": _broadcast},
     "paged_attention": {"out": _like("query")},
     "rms_norm": {"out": _like("input")},
     "silu_and_mul": {"out": _silu_and_mul},

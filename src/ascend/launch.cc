@@ -243,13 +243,18 @@ IntArrayHandle::IntArrayHandle(std::initializer_list<int64_t> values) {
   CheckCreated(array_, nullptr, "aclCreateIntArray");
 }
 
-AclScalar* ScalarOne(DataType dtype) {
+AclScalar* ScalarOf(DataType dtype, double value) {
   const Runtime& rt = GetRuntime();
-  float one_float = 1.0f;
-  int64_t one_int = 1;
-  AclScalar* scalar = IsFloatingPoint(dtype)
-                          ? rt.create_scalar(&one_float, AclDataType::kFloat)
-                          : rt.create_scalar(&one_int, AclDataType::kInt64);
+  auto as_float = static_cast<float>(value);
+  auto as_int = static_cast<int64_t>(value);
+  AclScalar* scalar = nullptr;
+  if (dtype == DataType::kFloat64) {
+    scalar = rt.create_scalar(&value, AclDataType::kDouble);
+  } else if (IsFloatingPoint(dtype)) {
+    scalar = rt.create_scalar(&as_float, AclDataType::kFloat);
+  } else {
+    scalar = rt.create_scalar(&as_int, AclDataType::kInt64);
+  }
   CheckCreated(scalar, nullptr, "aclCreateScalar");
   return scalar;
 }

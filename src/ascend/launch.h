@@ -273,9 +273,10 @@ class IntArrayHandle {
   AclIntArray* array_;
 };
 
-// 1 as the aclScalar aclnnAdd's alpha wants: float for floating tensors,
-// int64 for integer ones.
-AclScalar* ScalarOne(DataType dtype);
+// `value` as the aclScalar aclnnAdd's alpha wants for tensors of `dtype`:
+// DOUBLE for float64, FLOAT for the other floats (exact for a value already
+// rounded to the dtype), INT64 for integers.
+AclScalar* ScalarOf(DataType dtype, double value);
 // A FLOAT aclScalar (masked-fill values: -inf, 0).
 AclScalar* ScalarFloat(float value);
 

@@ -10,12 +10,24 @@
 
 namespace polyops {
 
-// out = input (op) other, `other` broadcast to input's shape torch-style.
-// Any strides; `out` may be `input` itself (in place).
+// out = input (op) other, input and other broadcast to one shape
+// torch-style. Any strides; `out` may be `input` or `other` itself (in
+// place) when that operand already has the broadcast shape.
 class BinaryElementwise : public OperatorBase {
  public:
-  static TensorMeta DefaultOut(const Tensor& input, const Tensor& /*other*/) {
-    return MetaLike(input);
+  // The broadcast shape of input and other, input's dtype. Runs before
+  // validation: shapes that do not broadcast yield input's meta, which the
+  // constructor then rejects.
+  static TensorMeta DefaultOut(const Tensor& input, const Tensor& other) {
+    TensorMeta meta = MetaLike(input);
+    int ndim = 0;
+    int64_t shape[kMaxDims];
+    if (BroadcastShapes(input.ndim(), input.shape(), other.ndim(),
+                        other.shape(), &ndim, shape)) {
+      meta.ndim = ndim;
+      for (int d = 0; d < ndim; ++d) meta.shape[d] = shape[d];
+    }
+    return meta;
   }
 
  protected:
@@ -28,29 +40,35 @@ class BinaryElementwise : public OperatorBase {
                     "boolean arithmetic; cast to an integer dtype first");
     CheckSameDtype(op, "other", other, "input", input);
     CheckSameDtype(op, "out", output, "input", input);
-    CheckSameShape(op, "out", output, "input", input);
-    POLYOPS_CHECK(other.ndim() <= input.ndim(), "polyops.", op,
-                  ": other of shape ", other.ShapeString(),
-                  " cannot be broadcast to input's shape ",
-                  input.ShapeString());
-    // Right-align other's dims; a size-1 (or missing) dim gets stride 0.
-    int64_t other_strides[kMaxDims] = {};
-    const int offset = input.ndim() - other.ndim();
-    for (int d = 0; d < other.ndim(); ++d) {
-      const int64_t size = other.shape()[d];
-      POLYOPS_CHECK(size == input.shape()[d + offset] || size == 1, "polyops.",
-                    op, ": other of shape ", other.ShapeString(),
-                    " cannot be broadcast to input's shape ",
-                    input.ShapeString());
-      other_strides[d + offset] = size == 1 ? 0 : other.strides()[d];
+    int ndim = 0;
+    int64_t shape[kMaxDims];
+    POLYOPS_CHECK(BroadcastShapes(input.ndim(), input.shape(), other.ndim(),
+                                  other.shape(), &ndim, shape),
+                  "polyops.", op, ": input of shape ", input.ShapeString(),
+                  " and other of shape ", other.ShapeString(),
+                  " do not broadcast (right-aligned, each pair of dims must "
+                  "be equal or one of them 1)");
+    bool shape_ok = output.ndim() == ndim;
+    for (int d = 0; shape_ok && d < ndim; ++d) {
+      shape_ok = output.size(d) == shape[d];
     }
-    const int64_t* strides[3] = {output.strides(), input.strides(),
+    POLYOPS_CHECK(shape_ok, "polyops.", op,
+                  ": out must have the broadcast shape of input and other ",
+                  Tensor::DimsString(shape, ndim), ", got ",
+                  output.ShapeString());
+    int64_t input_strides[kMaxDims];
+    int64_t other_strides[kMaxDims];
+    BroadcastStrides(input.ndim(), input.shape(), input.strides(), ndim,
+                     input_strides);
+    BroadcastStrides(other.ndim(), other.shape(), other.strides(), ndim,
+                     other_strides);
+    const int64_t* strides[3] = {output.strides(), input_strides,
                                  other_strides};
-    layout_ = ElementwiseLayout<3>::Make(input.ndim(), input.shape(), strides);
+    layout_ = ElementwiseLayout<3>::Make(ndim, shape, strides);
     dtype_ = input.dtype();
   }
 
-  // Operands in order: out, input, other (broadcast strides).
+  // Operands in order: out, input, other (stride 0 where they broadcast).
   ElementwiseLayout<3> layout_;
   DataType dtype_;
 };

@@ -8,11 +8,14 @@ namespace polyops {
 
 // mul(input, other, *, out=None) -> Tensor
 //
-// out = input * other, with `other` broadcast to input's shape (torch rules).
+// out = input * other, input and other broadcast to one shape (torch rules:
+// [3, 1] * [1, 5] -> [3, 5], [5] * [2, 3, 5] -> [2, 3, 5]); float16/bfloat16
+// compute in float32 and round once.
 //   input: any shape, any strides; float16, bfloat16, float32, float64,
 //          int8/16/32/64 or uint8 (integers wrap on overflow).
-//   other: broadcastable to input, same dtype.
-//   out:   input's shape and dtype, any strides (may be `input`, in place);
+//   other: input's dtype, any shape that broadcasts with input's.
+//   out:   the broadcast shape, input's dtype, any strides (may be `input`
+//          or `other` when that operand has the broadcast shape: in place);
 //          allocated contiguous when omitted.
 class Mul : public BinaryElementwise {
  public:

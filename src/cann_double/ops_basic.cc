@@ -72,10 +72,12 @@ aclnnStatus BinaryGetWorkspaceSize(const char* op, Binary kind,
         StoreInt(v[o], oo[i], static_cast<int64_t>(r));
       } else {
         // The promoted dtype is the computation dtype: a half-precision
-        // product or sum is one rounding of the exact result.
+        // product or sum is one rounding of the exact result, and a
+        // float64 x + alpha * y one fused multiply-add.
         const double x = LoadDouble(v[a], oa[i]);
         const double y = LoadDouble(v[c], oc[i]);
-        const double r = kind == Binary::kAdd ? x + alpha_value * y : x * y;
+        const double r =
+            kind == Binary::kAdd ? std::fma(alpha_value, y, x) : x * y;
         StoreDouble(v[o], oo[i], RoundTo(promoted, r));
       }
     }

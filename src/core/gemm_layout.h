@@ -1,11 +1,14 @@
 // Geometry of a batched matrix product out[i] = alpha * A[i] @ B[i] +
-// beta * C[i], shared by matmul, gemm and linear and by their backends.
+// beta * C[i] (repeated over matmul's outer batch dims), shared by matmul,
+// gemm and linear and by their backends.
 #ifndef POLYOPS_CORE_GEMM_LAYOUT_H_
 #define POLYOPS_CORE_GEMM_LAYOUT_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+
+#include "core/elementwise_layout.h"
 
 namespace polyops {
 
@@ -56,7 +59,26 @@ struct GemmLayout {
   GemmMatrix a, b, c, out;
   BlasView a_blas, b_blas, out_blas;
   bool has_c = false;
+  // matmul's batch dims that do not merge into the one strided `batch` (a
+  // [2, 1] batch broadcast against a [1, 3] one): the product above runs
+  // once per element of `outer`, its operands advanced by outer.Offsets()
+  // (operand order: out, a, b). A single element, no offset, otherwise.
+  ElementwiseLayout<3> outer;
 };
+
+// Calls run(a, b, out) once per element of layout.outer, with the operands'
+// addresses advanced to it (elements of `element_size` bytes).
+template <typename Run>
+void ForEachOuterProduct(const GemmLayout& layout, int element_size,
+                         const void* a, const void* b, void* out, Run&& run) {
+  for (int64_t i = 0; i < layout.outer.numel; ++i) {
+    int64_t at[3];
+    layout.outer.Offsets(i, at);
+    run(static_cast<const char*>(a) + at[1] * element_size,
+        static_cast<const char*>(b) + at[2] * element_size,
+        static_cast<char*>(out) + at[0] * element_size);
+  }
+}
 
 }  // namespace polyops
 

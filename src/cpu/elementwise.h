@@ -3,6 +3,7 @@
 #define POLYOPS_CPU_ELEMENTWISE_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -16,11 +17,17 @@ namespace polyops::cpu {
 inline constexpr int64_t kBlock = 512;
 
 // Integer arithmetic wraps on overflow (as torch's does) without signed
-// overflow UB; floating arithmetic is plain.
+// overflow UB; floating arithmetic is plain. The unsigned type is at least
+// as wide as int: 8- and 16-bit unsigned operands would be promoted to
+// (signed) int, whose product can overflow.
+template <typename C>
+using WrapType = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned,
+                                    std::make_unsigned_t<C>>;
+
 template <typename C>
 inline C WrappingAdd(C a, C b) {
   if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
+    using U = WrapType<C>;
     return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
   } else {
     return a + b;
@@ -30,10 +37,38 @@ inline C WrappingAdd(C a, C b) {
 template <typename C>
 inline C WrappingMul(C a, C b) {
   if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
+    using U = WrapType<C>;
     return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
   } else {
     return a * b;
+  }
+}
+
+// add's alpha (base/add.h) as compute type C; a negative integer wraps into
+// an unsigned type as torch converts it (uint8: -1 -> 255).
+template <typename C>
+inline C AlphaAs(double alpha) {
+  if constexpr (std::is_integral_v<C>) {
+    return static_cast<C>(static_cast<int64_t>(alpha));
+  } else {
+    return static_cast<C>(alpha);
+  }
+}
+
+// a + alpha * b as add computes it, on compute-typed values of storage type
+// T: integers wrap; float and double as one fused multiply-add; float16/
+// bfloat16 in float, where alpha * b (two 16-bit values) is exact, so the
+// plain expression rounds once, as the fused form would.
+template <typename T, typename C>
+inline C ScaledAdd(C a, C b, C alpha) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = WrapType<C>;
+    return static_cast<C>(static_cast<U>(a) +
+                          static_cast<U>(alpha) * static_cast<U>(b));
+  } else if constexpr (std::is_same_v<T, C>) {
+    return std::fma(alpha, b, a);
+  } else {
+    return a + alpha * b;
   }
 }
 

@@ -199,19 +199,22 @@ def _with_special_values(case: Case) -> Case:
 # add, mul
 
 
-def _binary_cases(dtype: torch.dtype) -> list[Case]:
-    def case(name, shape, other=None, *, a="contiguous", b="contiguous", out=None, inplace=False):
+def _binary_cases(dtype: torch.dtype, alpha_cases: bool = False) -> list[Case]:
+    def case(
+        name, shape, other=None, *, a="contiguous", b="contiguous", out=None, inplace=None, **kw
+    ):
         def build(inp: Inputs) -> Call:
             x = inp.tensor(shape, dtype, layout=a)
             y = inp.tensor(shape if other is None else other, dtype, layout=b)
-            outputs = {"out": x} if inplace else {}
+            outputs = {} if inplace is None else {"out": x if inplace == "input" else y}
             if out is not None:
-                outputs["out"] = inp.empty(shape, dtype, out)
-            return Call((x, y), outputs=outputs)
+                result = torch.broadcast_shapes(x.shape, y.shape)
+                outputs["out"] = inp.empty(result, dtype, out)
+            return Call((x, y), kw, outputs)
 
         return Case(name, build)
 
-    return [
+    cases = [
         case("33x257+row", (33, 257), (257,)),
         case("2x4096", (2, 4096)),
         case("scalar", ()),
@@ -219,9 +222,33 @@ def _binary_cases(dtype: torch.dtype) -> list[Case]:
         case("6x4x9+4x1", (6, 4, 9), (4, 1)),
         case("3x5x7-transposed+step", (3, 5, 7), a="transposed", b="step"),
         case("3x0x5", (3, 0, 5)),
-        case("in-place-7x9+9", (7, 9), (9,), inplace=True),
+        case("in-place-7x9+9", (7, 9), (9,), inplace="input"),
         case("out-step-5x11", (5, 11), out="step"),
         case("9x4099-parallel", (9, 4099)),
+        # Both operands broadcast (torch rules).
+        case("3x1+1x5", (3, 1), (1, 5)),
+        case("5+2x3x5", (5,), (2, 3, 5)),
+        case("scalar+4x6", (), (4, 6)),
+        case("1x4x1+3x1x6-out-step", (1, 4, 1), (3, 1, 6), out="step"),
+        case("row-1000+40x1000", (1000,), (40, 1000)),
+        case("48x1-step+1x700-parallel", (48, 1), (1, 700), a="step"),
+        case("in-place-out=other-9+7x9", (9,), (7, 9), inplace="other"),
+    ]
+    if not alpha_cases:
+        return cases
+    if dtype.is_floating_point:
+        # 0.1 and 1/3 are not representable: rounded to the dtype first.
+        alphas = [("0.1", 0.1), ("-2.5", -2.5), ("0.333", 1 / 3), ("-0.75", -0.75)]
+    else:
+        # uint8: -1 wraps to 255, as torch converts it.
+        alphas = [("3", 3), ("-2", -2), ("-1", -1), ("0", 0)]
+    (a1, v1), (a2, v2), (a3, v3), (a4, v4) = alphas
+    return cases + [
+        case(f"alpha={a1}-33x257+row", (33, 257), (257,), alpha=v1),
+        case(f"alpha={a2}-9x4099-parallel", (9, 4099), alpha=v2),
+        case(f"alpha={a3}-3x1+1x5", (3, 1), (1, 5), alpha=v3),
+        case(f"alpha={a4}-3x5x7-transposed+step", (3, 5, 7), a="transposed", b="step", alpha=v4),
+        case(f"alpha={a1}-in-place-7x9+9", (7, 9), (9,), inplace="input", alpha=v1),
     ]
 
 
@@ -574,11 +601,19 @@ def _column_major(t: Tensor) -> Tensor:
     return t.mT.contiguous().mT
 
 
+def _matmul_shape(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[int, ...]:
+    """torch.matmul's result shape: broadcast batch dims, a 1-D operand's dim dropped."""
+    batch = torch.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    rows = tuple(a_shape[-2:-1]) if len(a_shape) >= 2 else ()
+    columns = tuple(b_shape[-1:]) if len(b_shape) >= 2 else ()
+    return (*batch, *rows, *columns)
+
+
 def _matmul_cases(dtype: torch.dtype) -> list[Case]:
     def case(name, a_shape, b_shape, *, a="contiguous", b="contiguous", out=None):
         def build(inp: Inputs) -> Call:
             x, y = inp.tensor(a_shape, dtype, layout=a), inp.tensor(b_shape, dtype, layout=b)
-            result = torch.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1])
+            result = _matmul_shape(a_shape, b_shape)
             outputs = {} if out is None else {"out": inp.empty(result, dtype, out)}
             return Call((x, y), outputs=outputs)
 
@@ -597,6 +632,18 @@ def _matmul_cases(dtype: torch.dtype) -> list[Case]:
             "column-major-3x9x13@3x13x6", (3, 9, 13), (3, 13, 6), a=_column_major, b=_column_major
         ),
         case("out-rows-9x13@13x6", (9, 13), (13, 6), a="rows", out="rows"),
+        # 1-D operands: a row vector, a column vector, or both (a 0-d dot product).
+        case("64@64-dot", (64,), (64,)),
+        case("33@33x9", (33,), (33, 9)),
+        case("17x33@33-step", (17, 33), (33,), b="step"),
+        case("4x6x5@5", (4, 6, 5), (5,)),
+        case("5@3x5x4", (5,), (3, 5, 4)),
+        # N-D batches, broadcast between the operands.
+        case("2x3x4x5@2x3x5x6", (2, 3, 4, 5), (2, 3, 5, 6)),
+        case("2x2x3x4x5@5x6-shared", (2, 2, 3, 4, 5), (5, 6)),
+        case("2x1x6x5@3x5x4-outer", (2, 1, 6, 5), (3, 5, 4)),
+        case("3x1x6x5@1x4x5x7-out-rows", (3, 1, 6, 5), (1, 4, 5, 7), out="rows"),
+        case("2x0x4x5@1x5x3", (2, 0, 4, 5), (1, 5, 3)),
     ]
 
 
@@ -903,7 +950,14 @@ def _sampling_rule(results: tuple, *args: Any, **kwargs: Any) -> list[int]:
 OPS: dict[str, OpInfo] = {
     info.name: info
     for info in [
-        OpInfo("add", ARITH_DTYPES, _binary_cases, ref.add_reference, ROUNDED, special_values=True),
+        OpInfo(
+            "add",
+            ARITH_DTYPES,
+            lambda dtype: _binary_cases(dtype, alpha_cases=True),
+            ref.add_reference,
+            ref.ADD,
+            special_values=True,
+        ),
         OpInfo("mul", ARITH_DTYPES, _binary_cases, ref.mul_reference, ROUNDED, special_values=True),
         OpInfo("cast", ALL_DTYPES, _cast_cases, ref.cast_reference, ROUNDED, special_values=True),
         OpInfo("cat", ALL_DTYPES, _cat_cases, ref.cat_reference, EXACT, special_values=True),

@@ -9,18 +9,23 @@
 
 namespace polyops {
 
-// Slot 0: aclnnAdd(self, other, alpha = 1, out), which broadcasts `other`.
+// Slot 0: aclnnAdd(self, other, alpha, out), which broadcasts both operands
+// (torch rules). alpha goes in as base/add.h rounded it (DOUBLE for
+// float64, FLOAT, INT64 for integers); whether CANN fuses float64's
+// x + alpha * y into one rounding, as the other devices do, was never
+// checked on a real toolkit (the double does).
 template <>
 class Operator<Add, Device::Type::kAscend, 0> : public Add {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& input, const Tensor& other,
+  Operator(const Tensor& input, const Tensor& other, double alpha,
            const std::optional<Tensor>& out)
-      : Add(input, other, out), alpha_(ascend::ScalarOne(dtype_)) {}
+      : Add(input, other, alpha, out),
+        alpha_scalar_(ascend::ScalarOf(dtype_, alpha_)) {}
 
   void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
+                  const Tensor& other, double,
                   const std::optional<Tensor>& out) const override {
     if (out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnAdd", "8.0.RC1");
@@ -40,11 +45,11 @@ class Operator<Add, Device::Type::kAscend, 0> : public Add {
         ascend::AclOpExecutor**);
     static const auto get =
         ascend::Phase1<Fn>("aclnnAddGetWorkspaceSize", "8.0.RC1");
-    return get(t[0], t[1], static_cast<Operator*>(self)->alpha_.get(), t[2],
-               workspace, executor);
+    return get(t[0], t[1], static_cast<Operator*>(self)->alpha_scalar_.get(),
+               t[2], workspace, executor);
   }
 
-  ascend::ScalarHandle alpha_;
+  ascend::ScalarHandle alpha_scalar_;
   mutable ascend::ExecutorCache executor_;
 };
 

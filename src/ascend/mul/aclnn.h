@@ -10,7 +10,8 @@
 
 namespace polyops {
 
-// Slot 0: aclnnMul(self, other, out), which broadcasts `other`.
+// Slot 0: aclnnMul(self, other, out), which broadcasts both operands
+// (torch rules).
 template <>
 class Operator<Mul, Device::Type::kAscend, 0> : public Mul {
  public:

@@ -17,16 +17,21 @@ class Operator<Add, Device::Type::kCpu, 0> : public Add {
   using Add::Add;
 
   void operator()(const Handle&, const Tensor& input, const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
+                  double, const std::optional<Tensor>& out) const override {
     DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
         dtype_, "polyops.add", [&](auto tag) {
           using T = typename decltype(tag)::type;
+          using C = cpu::ComputeType<T>;
           T* y = out->data_as<T>();
           const T* a = input.data_as<T>();
           const T* b = other.data_as<T>();
+          const C alpha = cpu::AlphaAs<C>(alpha_);
           cpu::ForEachElement(layout_, [&](const int64_t (&at)[3]) {
-            cpu::Store(y + at[0], cpu::WrappingAdd(cpu::Load(a + at[1]),
-                                                   cpu::Load(b + at[2])));
+            const C u = cpu::Load(a + at[1]);
+            const C v = cpu::Load(b + at[2]);
+            cpu::Store(y + at[0], alpha_is_one_
+                                      ? cpu::WrappingAdd(u, v)
+                                      : cpu::ScaledAdd<T>(u, v, alpha));
           });
         });
   }

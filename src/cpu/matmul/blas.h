@@ -8,7 +8,8 @@
 namespace polyops {
 
 // Slot 0: own AVX-512 kernels where they apply, else OpenBLAS sgemm (see
-// cpu/blas_gemm.cc, docs/cpu_gemm.md).
+// cpu/blas_gemm.cc, docs/cpu_gemm.md); one batched product per outer batch
+// index (GemmLayout::outer).
 template <>
 class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
  public:
@@ -17,8 +18,12 @@ class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
 
   void operator()(const Handle&, const Tensor& input, const Tensor& other,
                   const std::optional<Tensor>& out) const override {
-    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, input.data(),
-                  other.data(), nullptr, out->data());
+    ForEachOuterProduct(layout_, DataTypeSize(dtype_), input.data(),
+                        other.data(), out->data(),
+                        [&](const void* a, const void* b, void* y) {
+                          cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_,
+                                        a, b, nullptr, y);
+                        });
   }
 };
 

@@ -8,7 +8,8 @@
 namespace polyops {
 
 // Slot 0: 16-byte vectors over contiguous operands, a strided kernel for
-// broadcast and strided ones (compiled, never executed on a GPU yet).
+// broadcast and strided ones; alpha != 1 as a fused multiply-add
+// (compiled, never executed on a GPU yet).
 template <>
 class Operator<Add, Device::Type::kCuda, 0> : public Add {
  public:
@@ -16,10 +17,15 @@ class Operator<Add, Device::Type::kCuda, 0> : public Add {
   using Add::Add;
 
   void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
+                  const Tensor& other, double,
                   const std::optional<Tensor>& out) const override {
-    cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *out, input, other,
-                                 cuda::StreamOf(handle), kName);
+    if (alpha_is_one_) {
+      cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *out, input, other,
+                                   cuda::StreamOf(handle), kName);
+    } else {
+      cuda::RunScaledAdd(layout_, dtype_, *out, input, other, alpha_,
+                         cuda::StreamOf(handle), kName);
+    }
   }
 };
 

@@ -22,7 +22,12 @@ class Operator<Matmul, Device::Type::kCuda, 0> : public Matmul {
   void operator()(const Handle& handle, const Tensor& input,
                   const Tensor& other,
                   const std::optional<Tensor>& out) const override {
-    gemm_.Run(handle, input.data(), other.data(), nullptr, out->data());
+    // One launch per outer batch index (GemmLayout::outer), usually one.
+    ForEachOuterProduct(layout_, DataTypeSize(dtype_), input.data(),
+                        other.data(), out->data(),
+                        [&](const void* a, const void* b, void* y) {
+                          gemm_.Run(handle, a, b, nullptr, y);
+                        });
   }
 
  private:
