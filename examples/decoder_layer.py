@@ -244,8 +244,11 @@ def polyops_sample(x, w, uniform, ops=polyops):
 def stock_torch_sample(x, w, uniform):
     """The same in stock torch ops: the top k, then the top-p prefix, then the inverse CDF at u."""
     logits = torch.nn.functional.linear(x, w.lm_head)
-    # A stable sort, not topk: tied logits (common in 16-bit) then keep the order by token id.
-    values, indices = (t[:, :TOP_K] for t in logits.float().sort(descending=True, stable=True))
+    scores = logits.float()
+    # The top k, with tied logits (common in 16-bit) in token-id order, as polyops orders them.
+    indices = scores.topk(TOP_K).indices.sort(-1).values
+    values, order = scores.gather(-1, indices).sort(dim=-1, descending=True, stable=True)
+    indices = indices.gather(-1, order)
     cumulative = (values - values[:, :1]).exp().cumsum(-1)
     kept = (cumulative < TOP_P * cumulative[:, -1:]).sum(-1, keepdim=True) + 1
     mass = cumulative.gather(-1, kept - 1)
