@@ -86,7 +86,6 @@ REFUSED_CASES_ON_NPU = {
 }
 
 
-
 @pytest.fixture(scope="module")
 def npu_records() -> list[dict]:
     return run_child(

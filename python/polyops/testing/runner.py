@@ -8,9 +8,10 @@ or slot does not do it; the reason is in ``message``). A case declared in
 :data:`~polyops.testing.deviations.KNOWN_DEVIATIONS` is ``xfail`` when it
 fails as declared (the reason leads ``message``) and ``xpass`` when it
 passes. On a device other than CPU the record also holds the difference
-from CPU's default slot on the same inputs. Where the op has a rule for the device (``OpInfo.device_rules``:
-topk_topp_sampling on npu) the rule decides ok/fail instead of the reference
-comparison, and the errors count the failing rows.
+from CPU's default slot on the same inputs. Where the op has a rule for the
+device (``OpInfo.device_rules``: topk_topp_sampling on npu) the rule decides
+ok/fail instead of the reference comparison, and the errors count the
+failing rows.
 """
 
 from __future__ import annotations
