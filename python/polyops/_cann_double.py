@@ -140,7 +140,8 @@ def use_cann_double(library_dir: str | os.PathLike[str] | None = None) -> None:
     Call it before any npu use. A second call with the same directory does
     nothing; a different directory raises RuntimeError (a process can hold one
     CANN runtime: start a fresh process). Raises FileNotFoundError when the
-    directory has no ``libascendcl.so``.
+    directory passed has no ``libascendcl.so``, ValueError when
+    ``$POLYOPS_CANN_DOUBLE_DIR`` names such a directory.
     """
     global active_library_dir, _runtime
     with _lock:
