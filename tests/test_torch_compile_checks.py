@@ -189,6 +189,25 @@ def test_compiled_graph_refuses_grad_instead_of_dropping_it(backend):
         torch.testing.assert_close(got, (polyops.rms_norm(x.detach(), w, 1e-6) + x).sum())
 
 
+def test_export_of_parameters_needs_no_grad():
+    # Parameters require grad: export (which traces the fakes) refuses them as eager
+    # calls do, and exports under torch.no_grad().
+    class Norm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(_randn(16, seed=1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return ops.rms_norm(x, self.weight, 1e-5)
+
+    x = _randn(4, 16)
+    with pytest.raises(NotImplementedError, match="does not support autograd: weight"):
+        torch.export.export(Norm(), (x,), strict=False)
+    with torch.no_grad():
+        exported = torch.export.export(Norm(), (x,), strict=False)
+        assert torch.equal(exported.module()(x), polyops.rms_norm(x, _randn(16, seed=1), 1e-5))
+
+
 def test_compiled_fast_form_refuses_grad():
     # polyops.<op> is opaque to Dynamo: a graph break, then the eager check.
     torch._dynamo.reset()
