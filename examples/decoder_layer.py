@@ -458,8 +458,11 @@ def report_times(times: dict[str, dict[str, list[float]]], args: argparse.Namesp
     )
     print(f"  baseline: {BASELINE}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > (os.cpu_count() or 1):  # OpenMP threads then wait for their cores
-        print(f"  note: load average {load:.1f} on {os.cpu_count()} CPUs: the times are noisy")
+    if load > (os.cpu_count() or 1):
+        print(
+            f"  note: load average {load:.1f} on {os.cpu_count()} CPUs: the times are noisy, "
+            "spinning OpenMP threads wait for busy cores (OMP_WAIT_POLICY=PASSIVE lessens it)"
+        )
     print(f"  {'phase':<8} {'polyops ms':>22} {'stock torch ms':>22} {'stock / polyops':>20}")
     for phase, runs in {**times, "total": total}.items():
         ratios[phase] = [s / p for p, s in zip(runs["polyops"], runs["stock torch"], strict=True)]
