@@ -318,10 +318,11 @@ def kind(call):
 
 report({
     "select": kind(lambda: torch.ops.aten.select.int(torch.zeros(3), 0, 5))[0],
-    "ops_add": kind(lambda: torch.ops.polyops.add(torch.zeros(3), torch.zeros(2, 3)))[0],
-    "add": kind(lambda: polyops.add(torch.zeros(3), torch.zeros(2, 3)))[0],
+    # Shapes that do not broadcast: [3] against [2, 4].
+    "ops_add": kind(lambda: torch.ops.polyops.add(torch.zeros(3), torch.zeros(2, 4)))[0],
+    "add": kind(lambda: polyops.add(torch.zeros(3), torch.zeros(2, 4)))[0],
     "npu_ops_add": kind(lambda: torch.ops.polyops.add(
-        torch.zeros(3).to("npu"), torch.zeros(2, 3).to("npu")))[0],
+        torch.zeros(3).to("npu"), torch.zeros(2, 4).to("npu")))[0],
     "device": kind(lambda: _npu_device.set_device(7)),
 })
 """

@@ -366,9 +366,11 @@ def test_symbolic_shapes_are_checked_with_their_hints_without_recompiling():
     assert counter.frame_count == 1
 
 
-def test_data_dependent_sizes_skip_the_check(monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
-
+# torch's config.patch, not monkeypatch: pytest >= 9.2 undoes a module attribute
+# missing from the module's __dict__ with delattr, which hides a torch config entry for
+# the rest of the process.
+@torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)
+def test_data_dependent_sizes_skip_the_check():
     def fn(x, w, mask):
         rows = x[torch.nonzero(mask).squeeze(1)]  # an unbacked row count
         return ops.rms_norm(rows, w, 1e-6)
@@ -463,9 +465,9 @@ def test_the_offset_pin_is_what_keeps_inductor_right(monkeypatch):
     assert right == lowered, (lowered, x)
 
 
-def test_a_view_at_a_data_dependent_offset_is_refused_not_misplaced(monkeypatch):
+@torch._dynamo.config.patch(capture_scalar_outputs=True)
+def test_a_view_at_a_data_dependent_offset_is_refused_not_misplaced():
     # The offset cannot be specialized: refused while compiling, nothing written.
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
 
     def fn(x, y, start):
         n = start.item()
