@@ -12,7 +12,7 @@ the same tensors:
   its figure includes allocating the result), x [m, k], w [n, k], bias [n]
   (w is the column-major b of the kernels' "dot" form).
 
-Cases, float32 and bfloat16 each (the targets of issue 13):
+Cases, float32 and bfloat16 each (the targets of docs/cpu_gemm.md):
 
 * decode: matmul and linear with m = 1, 8, 32 tokens, n = k = 4096;
 * square: matmul, gemm and linear at 1024^3;

@@ -50,12 +50,12 @@ each tensor read once plus each output written once (s = itemsize):
 GB/s = bytes / median seconds per call / 1e9. "x copy" = (op GB/s) / (copy
 GB/s), computed per repeat from adjacent samples, then the median.
 
-Targets: each polyops op >= 0.7 x copy bandwidth, per dtype, except those of
-issue 13 (:data:`TARGETS`): rms_norm and add_rms_norm >= 0.9 (float32) and
->= 0.8 (float16, bfloat16); causal_softmax >= 0.8 (float32, bfloat16); mul
->= 0.8 (bfloat16). Printed as PASS/MISS, with "x torch" (polyops' speed over
-the torch equivalent); the exit status stays 0. Issue 13's figures in one
-run::
+Targets: each polyops op >= 0.7 x copy bandwidth, per dtype, except the CPU
+roofline targets (:data:`TARGETS`, docs/cpu_rms_norm.md): rms_norm and
+add_rms_norm >= 0.9 (float32) and >= 0.8 (float16, bfloat16); causal_softmax
+>= 0.8 (float32, bfloat16); mul >= 0.8 (bfloat16). Printed as PASS/MISS, with
+"x torch" (polyops' speed over the torch equivalent); the exit status stays 0.
+All of those targets in one run::
 
     python benchmarks/memory_bound.py --ops rms_norm,add_rms_norm,causal_softmax,mul \
         --dtypes f32,f16,bf16

@@ -1,10 +1,10 @@
 // Cost per element (thread CPU time) of the CPU row kernels against memcpy,
-// one thread: the roofline side of benchmarks/memory_bound.py (issue 13).
-// By default 64 rows of 4096 (1 MiB of float32 in and out) stay in L2, so
-// the figures are what the core spends per element, not what memory allows;
-// `row_kernels_incache 4096` takes 4096 rows (out of cache, outputs
-// streamed as the library streams them) for the single-thread memory side.
-// On a CPU with AVX2 but no AVX-512 it runs the AVX2 loops instead (one
+// one thread: the roofline side of benchmarks/memory_bound.py
+// (docs/cpu_rms_norm.md). By default 64 rows of 4096 (1 MiB of float32 in and
+// out) stay in L2, so the figures are what the core spends per element, not
+// what memory allows; `row_kernels_incache 4096` takes 4096 rows (out of cache,
+// outputs streamed as the library streams them) for the single-thread memory
+// side. On a CPU with AVX2 but no AVX-512 it runs the AVX2 loops instead (one
 // table, with bfloat16 / float16 mul). A second table runs causal_softmax's
 // AVX-512 row over a [256, 1024] causal
 // triangle (in cache), or B copies of it with a second argument

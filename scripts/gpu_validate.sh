@@ -79,7 +79,7 @@ case "${1:-}" in
   cpu)
     # The development CPUs have no AMX; a GPU host often has (Sapphire
     # Rapids and later). The oneDNN path's tests, then the products at the
-    # issue's shapes against torch, 2 threads as issue 13 measures them.
+    # shapes of docs/cpu_gemm.md against torch, on 2 threads as there.
     lscpu >"$OUT/lscpu.txt"
     grep -o -w -E 'avx512f|avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo |
       sort -u | tr '\n' ' ' | tee "$OUT/cpu_flags.txt"

@@ -18,9 +18,9 @@
 
 namespace polyops::ascend {
 
-// FIA V3 (ASCEND.md §3.3). V3, not V4: V4's prototype changed under the
-// same name within 8.3.RC1 (trap 3), V3 is the same from 8.1.RC1.beta1 to
-// 8.5.0, and torch_npu itself calls V3 on A2/A3.
+// FIA V3. V3, not V4: V4's prototype changed under the same name within
+// 8.3.RC1 (docs/ascend.md, trap "Prototype drift"), V3 is the same
+// from 8.1.RC1.beta1 to 8.5.0, and torch_npu itself calls V3 on A2/A3.
 inline constexpr const char* kFiaApi = "aclnnFusedInferAttentionScoreV3";
 inline constexpr const char* kFiaSince = "8.1.RC1.beta1";
 // torch_npu's default preTokens/nextTokens: no limit on that side.
@@ -30,7 +30,7 @@ inline constexpr int64_t kFiaUnbounded = 2147483647;
 inline constexpr int64_t kFiaMaskSize = 2048;
 // innerPrecise 2 = high precision with "row invalid" correction: a query
 // row the mask hides entirely gets zeros, polyops' rule. Read from the FIA
-// and IFA docs' description of values 0-3, not in ASCEND.md: unverified,
+// and IFA docs' description of values 0-3: unverified,
 // and the double ignores it.
 inline constexpr int64_t kFiaInnerPrecise = 2;
 

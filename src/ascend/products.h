@@ -17,9 +17,9 @@ namespace polyops::ascend {
 
 // cubeMathType 0, KEEP_DTYPE: float32 is multiplied in float32. 1
 // (ALLOW_FP32_DOWN_PRECISION), which torch_npu passes by default, turns
-// float32 into HFLOAT32 (10 mantissa bits) on Atlas A2/A3 (ASCEND.md trap
-// 16), far outside polyops' float32 tolerance. float16/bfloat16 are not
-// affected by it.
+// float32 into HFLOAT32 (10 mantissa bits) on Atlas A2/A3 (docs/ascend.md,
+// trap "HF32"), far outside polyops' float32 tolerance. float16/bfloat16 are
+// not affected by it.
 inline constexpr int8_t kKeepDtype = 0;
 
 // A view of `data` (element type and device of `like`).

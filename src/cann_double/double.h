@@ -1,6 +1,6 @@
 // Public extras of the CANN test double (src/cann_double/README.md).
 //
-// The double exports the real CANN C ABI (docs in /tmp/ASCEND.md, mirrored in
+// The double exports the real CANN C ABI (sources in docs/ascend.md, listed in
 // the README) plus the functions below, which exist only in the double. Tests
 // and the test "npu" torch device resolve them with dlsym from
 // libascendcl.so; code that must also run on real CANN must treat them as

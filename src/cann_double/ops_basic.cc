@@ -1,5 +1,6 @@
 // libopapi.so of the CANN test double, part 1: elementwise, norms,
-// activations, softmax, copies and matrix products (ASCEND.md §3.1, §3.2).
+// activations, softmax, copies and matrix products (prototypes: docs/ascend.md,
+// "CANN sources and traps").
 //
 // Each aclnnXxxGetWorkspaceSize validates like CANN (161001 null, 161002
 // dtype/shape/attr) and captures its host parameters in the executor's

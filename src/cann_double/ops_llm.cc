@@ -1,5 +1,5 @@
 // libopapi.so of the CANN test double, part 2: RoPE, KV cache, sampling and
-// attention (ASCEND.md §3.3).
+// attention (prototypes: docs/ascend.md, "CANN sources and traps").
 //
 // Device-resident index inputs (positions, slot mappings, block tables) are
 // read only inside the queued computation; an out-of-range value there is a

@@ -18,8 +18,8 @@ namespace ascend {
 // Whether the loaded CANN has the aclnnScatterPaKvCache prototype polyops
 // calls (…, cacheMode, scatterMode, strides, offsets): 8.3.RC1 (commercial)
 // and later. 8.3.RC1.alpha003 exports the same symbol without the last
-// three parameters (ASCEND.md §3.4, trap 3), and dlsym cannot tell them
-// apart, so alpha/beta builds of 8.3.RC1, older and unknown versions are
+// three parameters (docs/ascend.md, "Prototype drift"), and dlsym cannot tell
+// them apart, so alpha/beta builds of 8.3.RC1, older and unknown versions are
 // refused. Betas of 8.3.RC1 were not documented either way.
 inline bool HasScatterPaKvCacheV83(const std::string& version) {
   int major = 0, minor = 0;
