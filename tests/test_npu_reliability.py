@@ -237,6 +237,71 @@ report({f"{name} {sync}": fault_on_temporary(form, sync)
         assert result["again"] == [2.0, 2.0, 2.0], case
 
 
+# An instance that owns device memory (causal_softmax's mask) dies while a
+# faulting launch is queued: by eviction, then by clear_cache. Freeing the
+# mask must not synchronize and swallow the fault: the fault is reported
+# once, by the first synchronization after it (the next instance's mask
+# upload, clear_cache, or the user's synchronize).
+_FAULT_WHEN_AN_INSTANCE_DIES = """
+key = torch.randn(3, 2, 32, dtype=torch.float16).to("npu")
+caches = [torch.zeros(2, 2, 2, 32, dtype=torch.float16).to("npu") for _ in "kv"]
+bad = torch.tensor([0, 999, 1]).to("npu")  # block 249 of 2
+scores = [torch.randn(2, n, n).to("npu") for n in (5, 6, 7)]
+
+def caught(call):
+    try:
+        call()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+results = {}
+polyops.set_cache_capacity(1)
+polyops.causal_softmax(scores[0])  # an instance with a mask in device memory
+polyops.reshape_and_cache(key, key, *caches, bad)  # queued; faults when run
+results["eviction"] = [  # the second instance evicts the first
+    caught(lambda: polyops.causal_softmax(scores[1])),
+    caught(torch.npu.synchronize),
+]
+polyops.reshape_and_cache(key, key, *caches, bad)
+results["clear_cache"] = [caught(polyops.clear_cache), caught(torch.npu.synchronize)]
+# Nothing is left behind: 200 evicted masks of 1 MiB each are freed as the
+# calls go on (a few at a time), the rest by clear_cache; the device works.
+from polyops._cann_double import cann_live_bytes
+
+big = [torch.randn(1, 1024, 1024 + i).to("npu") for i in range(2)]
+polyops.clear_cache()
+torch.npu.synchronize()
+baseline = cann_live_bytes()
+peak = 0
+for i in range(200):
+    polyops.causal_softmax(big[i % 2])
+    if i == 100:
+        polyops.clear_cache()
+    peak = max(peak, cann_live_bytes() - baseline)
+polyops.clear_cache()
+torch.npu.synchronize()
+results["peak_mib"] = peak / (1 << 20)
+results["left"] = cann_live_bytes() - baseline
+results["again"] = (torch.ones(3).to("npu") + 1).cpu().tolist()
+report(results)
+"""
+
+
+@needs_npu
+def test_fault_when_an_instance_with_device_memory_dies_is_reported_once():
+    results = run_child(_FAULT_WHEN_AN_INSTANCE_DIES)
+    for when in ("eviction", "clear_cache"):
+        reported = [error for error in results[when] if error is not None]
+        assert len(reported) == 1, f"{when}: the fault was lost or reported twice: {reported}"
+        assert "slotMapping[1] = 999" in reported[0], (when, reported)
+    # At most kMaxDeferredBuffers (8) masks wait, besides the live one, a 4 MiB
+    # output and the stream's workspace; unbounded, 100 would.
+    assert results["peak_mib"] < 20, results["peak_mib"]
+    assert results["left"] == 0, results["left"]
+    assert results["again"] == [2.0, 2.0, 2.0]
+
+
 # --- per-stream workspace pools ---------------------------------------------
 
 _POOLS = """

@@ -1,12 +1,14 @@
 #include "ascend/launch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -95,6 +97,59 @@ AclError SynchronizeDevice(const Runtime& rt, int device) {
   return status;
 }
 
+// Device memory of destroyed instances (DeviceBuffer), freed where a
+// failed synchronization can be reported: clear_cache, or the next call once
+// kMaxDeferredBuffers wait. A destructor cannot raise, and synchronizing in
+// it would consume a fault the user's next synchronization must report.
+inline constexpr size_t kMaxDeferredBuffers = 8;
+struct DeferredBuffer {
+  int device;
+  void* data;
+};
+struct DeferredBuffers {
+  std::mutex mutex;
+  std::vector<DeferredBuffer> buffers;
+  std::atomic<size_t> count{0};
+};
+DeferredBuffers& Deferred() {
+  static auto* deferred = new DeferredBuffers;  // used until exit
+  return *deferred;
+}
+
+// Synchronizes each device a deferred buffer lives on, then frees them; a
+// failed synchronization throws and keeps the buffers of the devices not
+// yet freed for the next attempt.
+void FreeDeferredBuffers(const char* op) {
+  DeferredBuffers& deferred = Deferred();
+  std::vector<DeferredBuffer> buffers;
+  {
+    std::lock_guard<std::mutex> lock(deferred.mutex);
+    buffers.swap(deferred.buffers);
+    deferred.count = 0;
+  }
+  std::sort(buffers.begin(), buffers.end(),
+            [](const DeferredBuffer& a, const DeferredBuffer& b) {
+              return a.device < b.device;
+            });
+  const Runtime& rt = GetRuntime();
+  for (size_t begin = 0; begin < buffers.size();) {
+    size_t end = begin;
+    while (end < buffers.size() && buffers[end].device == buffers[begin].device)
+      ++end;
+    const AclError status = SynchronizeDevice(rt, buffers[begin].device);
+    if (status != 0) {
+      std::lock_guard<std::mutex> lock(deferred.mutex);
+      deferred.buffers.insert(deferred.buffers.end(), buffers.begin() + begin,
+                              buffers.end());
+      deferred.count = deferred.buffers.size();
+    }
+    CheckStatus(status, op,
+                "aclrtSynchronizeDevice (freeing a dropped instance's memory)");
+    for (size_t i = begin; i < end; ++i) rt.rt_free(buffers[i].data);
+    begin = end;
+  }
+}
+
 // Frees the pool's block and takes the pool out of the registry (the
 // caller holds pool.mutex). A block some queued launch used is freed only
 // once the pool's device has finished its work; a failed synchronization
@@ -125,6 +180,10 @@ void RetirePool(Pool& pool, const char* op) {
 class LockedPool {
  public:
   LockedPool(const Handle& handle, const char* op) : op_(op) {
+    if (Deferred().count.load(std::memory_order_relaxed) >=
+        kMaxDeferredBuffers) {
+      FreeDeferredBuffers(op);
+    }
     for (;;) {
       std::shared_ptr<Pool> victim;
       pool_ = FindOrAdd(handle, &victim);
@@ -268,15 +327,17 @@ AclScalar* ScalarFloat(float value) {
 
 DeviceBuffer::~DeviceBuffer() {
   if (!data_ || !RuntimeLoaded()) return;
-  const Runtime& rt = GetRuntime();
-  // Work queued on any stream may still read the buffer; errors are not
-  // reported from a destructor.
-  rt.rt_synchronize_device();
-  rt.rt_free(data_);
+  // Work queued on any stream may still read the buffer: freed later.
+  DeferredBuffers& deferred = Deferred();
+  std::lock_guard<std::mutex> lock(deferred.mutex);
+  deferred.buffers.push_back({device_, data_});
+  deferred.count = deferred.buffers.size();
 }
 
 void DeviceBuffer::Upload(const void* host, size_t bytes) {
   const Runtime& rt = GetRuntime();
+  int32_t device = 0;  // aclrtMalloc allocates on the thread's device
+  CheckStatus(rt.rt_get_device(&device), "ascend", "aclrtGetDevice");
   void* data = nullptr;
   CheckStatus(rt.rt_malloc(&data, std::max<size_t>(bytes, 1),
                            /*ACL_MEM_MALLOC_HUGE_FIRST=*/0),
@@ -288,6 +349,7 @@ void DeviceBuffer::Upload(const void* host, size_t bytes) {
     CheckStatus(status, "ascend", "aclrtMemcpy");
   }
   data_ = data;
+  device_ = device;
 }
 
 ExecutorCache::~ExecutorCache() {
@@ -568,6 +630,7 @@ void ReleaseStreamPools() {
     std::lock_guard<std::mutex> lock(pool->mutex);
     if (!pool->retired) RetirePool(*pool, "clear_cache");
   }
+  FreeDeferredBuffers("clear_cache");
 }
 
 void CopyToHost(const Handle& handle, void* host, const void* device,

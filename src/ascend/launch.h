@@ -175,12 +175,15 @@ void RunSteps(const char* op, const Handle& handle, int64_t scratch_bytes,
 // once. A failed synchronization throws BackendError (the fault of
 // earlier work, reported there) and keeps the pool.
 inline constexpr size_t kMaxStreamPools = 32;
-// Frees every pool (polyops.clear_cache()); later calls make new ones.
+// Frees every pool and the memory of dropped instances
+// (polyops.clear_cache()); later calls make new pools. A device fault of
+// earlier work met by the synchronization before the frees throws.
 void ReleaseStreamPools();
 
-// Device memory an instance owns (causal_softmax's mask), freed with it.
-// Freeing synchronizes the device first: queued work may still read it
-// (instances die on eviction or clear_cache, never on a hot path).
+// Device memory an instance owns (causal_softmax's mask). Queued work may
+// still read it when the instance dies (on eviction or clear_cache), so it
+// is freed later, after a synchronization of its device that can report a
+// fault: by clear_cache, or by a call once a few such buffers wait.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -195,6 +198,7 @@ class DeviceBuffer {
 
  private:
   void* data_ = nullptr;
+  int device_ = 0;
 };
 
 // `bytes` rounded up to the 512-byte boundary every scratch area (and the
