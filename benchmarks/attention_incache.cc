@@ -1,12 +1,13 @@
-// In-cache roofline of the CPU attention tile kernel (src/cpu/attention.h),
-// one thread, per ISA variant (AVX-512, AVX2, baseline SSE2): the rate of
-// its score and value products, of one unmasked row group (products +
-// online softmax) and of the whole tile kernel on a T = 1024, 4-head, head
-// size 128 prefill, each against the FMA and multiply + add peaks of that
-// variant's vector width measured in the same run (benchmarks/attention.py
-// gives the side-by-side ratios against SDPA; this says where the time
-// goes). Thread CPU time, best of 5, so time other processes hold the core
-// is not counted (cache and memory contention still is).
+// In-cache roofline of the CPU attention tile kernel
+// (src/cpu/attention_tiles.h), one thread, per ISA variant (AVX-512, AVX2,
+// baseline SSE2): the rate of its score and value products, of one unmasked row
+// group (products + online softmax) and of the whole tile kernel on a T = 1024,
+// 4-head, head size 128 prefill, each against the FMA and multiply + add peaks
+// of that variant's vector width measured in the same run
+// (benchmarks/attention.py gives the side-by-side ratios against SDPA; this
+// says where the time goes). Thread CPU time, best of 5, so time other
+// processes hold the core is not counted (cache and memory contention still
+// is).
 //
 // Build and run (from the repository root; the flags are the library's):
 //   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \

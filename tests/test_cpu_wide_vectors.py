@@ -1,9 +1,10 @@
 """The CPU attention kernel's AVX-512 instantiation, run on any x86-64.
 
-The tile kernel (src/cpu/attention.h) is written in GCC vector extensions;
-its AVX-512 variant is ``AttendTiles<4, 4, Float16v>``. Development and CI
-machines often lack AVX-512, so test_cpu_isa.py cannot run that variant
-there. tests/cpu_wide_vectors/attention_main.cc compiles the same template
+The tile kernel (src/cpu/attention_tiles.h) is written in GCC vector
+extensions; its AVX-512 variant is ``AttendTiles<4, 4, Float16v>``
+(src/cpu/attention.h). Development and CI machines often lack AVX-512, so
+test_cpu_isa.py cannot run that variant there.
+tests/cpu_wide_vectors/attention_main.cc compiles the same template
 without the AVX-512 target (each Float16v lowered to xmm or ymm registers),
 which executes the variant's own blocking, masking and tails, and checks
 that it gives the bits of the baseline and AVX2 variants (and of the real

@@ -7,6 +7,7 @@
 #define POLYOPS_CANN_DOUBLE_KERNELS_H_
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,18 @@ inline bool CanCast(int32_t from, int32_t to) {
 
 inline bool IsHalfOrFloat(int32_t d) {
   return d == kFloat || d == kFloat16 || d == kBf16;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// String attributes may be NULL, which the ops read as "".
+inline std::string Text(const char* s) { return s == nullptr ? "" : s; }
+
+// Run-time fault of queued work: the first one wins, later elements still
+// run.
+inline int Fault(int* status, const std::string& message) {
+  if (*status == kSuccess) *status = SetError(kRtInternalError, message);
+  return *status;
 }
 
 // Workspace sizes the double asks for: nonzero, so that a missing or

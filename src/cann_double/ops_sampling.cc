@@ -1,6 +1,6 @@
-// libopapi.so of the CANN test double, part 3: the generic operators that
-// polyops' topk_topp_sampling chains around aclnnApplyTopKTopP (NanToNum,
-// Flip, Sort, Cumsum, Clamp, Rsubs, SearchSorted, Gather).
+// libopapi.so of the CANN test double, part 3: sampling, aclnnApplyTopKTopP
+// and the generic operators that polyops' topk_topp_sampling chains around it
+// (NanToNum, Flip, Sort, Cumsum, Clamp, Rsubs, SearchSorted, Gather).
 //
 // Signatures are those of the ops-math / ops-nn headers and docs
 // (docs/ascend.md lists which ones were read and which are unverified).
@@ -17,12 +17,6 @@
 using namespace cann_double;  // NOLINT: the C entry points below
 
 namespace {
-
-// Run-time fault: the first one wins.
-int Fault(int* status, const std::string& message) {
-  if (*status == kSuccess) *status = SetError(kRtInternalError, message);
-  return *status;
-}
 
 bool IsInteger(int32_t d) {
   return d == kInt8 || d == kUint8 || d == kInt16 || d == kInt32 || d == kInt64;
@@ -43,6 +37,104 @@ bool SameShape(OpBuilder& b, const TensorView& out, const TensorView& self,
 }
 
 }  // namespace
+
+// ---- aclnnApplyTopKTopP
+// -------------------------------------------------------------
+
+DOUBLE_API aclnnStatus aclnnApplyTopKTopPGetWorkspaceSize(
+    const aclTensor* logits, const aclTensor* p, const aclTensor* k,
+    aclTensor* out, uint64_t* workspaceSize, aclOpExecutor** executor) {
+  OpBuilder b("aclnnApplyTopKTopP", workspaceSize, executor);
+  const int sl = b.In(logits, "logits");
+  const int sp = b.OptIn(p, "p");
+  const int sk = b.OptIn(k, "k");
+  const int so = b.Out(out, "out");
+  if (!b.ok()) return b.Launch(0, nullptr);
+  const TensorView& l = b.V(sl);
+  b.Check(b.V(sp).present || b.V(sk).present, kNullptr,
+          "p and k are both NULL");
+  b.Check(IsHalfOrFloat(l.dtype) && l.Dim() == 2, kParamInvalid,
+          "logits must be a 2-D FLOAT16, BF16 or FLOAT tensor");
+  if (!b.ok()) return b.Launch(0, nullptr);
+  const Dims batch{l.dims[0]};
+  if (b.V(sp).present) {
+    b.Check(b.V(sp).dtype == l.dtype && b.V(sp).dims == batch, kParamInvalid,
+            "p must be [B] with logits' dtype");
+  }
+  if (b.V(sk).present) {
+    b.Check(b.V(sk).dtype == kInt32 && b.V(sk).dims == batch, kParamInvalid,
+            "k must be a [B] INT32 tensor");
+  }
+  b.Check(b.V(so).dims == l.dims && b.V(so).dtype == l.dtype, kParamInvalid,
+          "out must match logits");
+  return b.Launch(kReductionWorkspace, [=](const std::vector<TensorView>& v) {
+    const TensorView& x = v[sl];
+    const int64_t rows = x.dims[0];
+    const int64_t vocab = x.dims[1];
+    // p is device data documented in [0, 1]: a value outside (or NaN) is a
+    // run-time fault here, since what the chip does with it is unknown.
+    if (v[sp].present) {
+      int status = kSuccess;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double top_p =
+            LoadDouble(v[sp], v[sp].offset + r * v[sp].strides[0]);
+        if (!(top_p >= 0 && top_p <= 1)) {
+          Fault(&status, "aclnnApplyTopKTopP: p[" + std::to_string(r) + "] = " +
+                             std::to_string(top_p) + " is outside [0, 1]");
+        }
+      }
+      if (status != kSuccess) return status;
+    }
+    std::vector<double> row(vocab);
+    std::vector<int64_t> order(vocab);
+    std::vector<char> masked(vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < vocab; ++j) {
+        row[j] = LoadDouble(x, x.offset + r * x.strides[0] + j * x.strides[1]);
+      }
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t c) { return row[a] < row[c]; });
+      std::fill(masked.begin(), masked.end(), 0);
+      if (v[sk].present) {
+        const int64_t top_k =
+            LoadInt(v[sk], v[sk].offset + r * v[sk].strides[0]);
+        if (top_k > 0 && top_k < vocab) {
+          // Values below the k-th largest go; ties with it stay.
+          const double threshold = row[order[vocab - top_k]];
+          for (int64_t j = 0; j < vocab; ++j) masked[j] = row[j] < threshold;
+        }
+      }
+      if (v[sp].present) {
+        const double top_p =
+            LoadDouble(v[sp], v[sp].offset + r * v[sp].strides[0]);
+        double max = -kInf;
+        for (int64_t j = 0; j < vocab; ++j) {
+          if (!masked[j]) max = std::max(max, row[j]);
+        }
+        double total = 0;
+        for (int64_t j = 0; j < vocab; ++j) {
+          if (!masked[j]) total += std::exp(row[j] - max);
+        }
+        // Ascending cumulative probability; drop while <= 1 - p, but never
+        // the largest logit.
+        double cumulative = 0;
+        for (int64_t s = 0; s < vocab - 1; ++s) {
+          const int64_t j = order[s];
+          if (!masked[j]) cumulative += std::exp(row[j] - max) / total;
+          if (cumulative <= 1 - top_p) masked[j] = 1;
+        }
+      }
+      const TensorView& y = v[so];
+      for (int64_t j = 0; j < vocab; ++j) {
+        StoreDouble(y, y.offset + r * y.strides[0] + j * y.strides[1],
+                    masked[j] ? -kInf : row[j]);
+      }
+    }
+    return kSuccess;
+  });
+}
+DOUBLE_PHASE2(ApplyTopKTopP)
 
 // ---- aclnnNanToNum
 // ------------------------------------------------------------------
