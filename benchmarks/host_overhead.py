@@ -4,7 +4,8 @@ Measures microseconds per call, in one process, of
 
 * ``polyops.add(a, b, out=c)`` against ``torch.add(a, b, out=c)`` and
   ``torch.ops.aten.add.out(a, b, out=c)``;
-* ``polyops.rms_norm(x, w, 1e-6, out=y)`` against
+* ``polyops.rms_norm(x, w, 1e-6, out=y)`` and the allocating
+  ``polyops.rms_norm(x, w, 1e-6)`` against
   ``torch.nn.functional.rms_norm(x, (n,), w, 1e-6)`` (torch has no ``out=``
   there, so its figure includes allocating the result);
 * the torch.library form: ``torch.ops.polyops.add(a, b, out=c)`` against
@@ -22,10 +23,10 @@ of many calls compiled straight into the timing loop (no lambda frame);
 samples of the candidates are interleaved and the median of the repeats is
 reported; ratios are the median of per-repeat ratios.
 
-Targets (from the issues): polyops.add on tiny tensors <= 0.5 x torch.add(out=)
-on CPU, <= 0.6 x on CUDA; torch.ops.polyops.add(out=) <= 1.0 x
-torch.ops.aten.add.out. A miss is reported as MISS in the table; the exit
-status stays 0.
+Targets: polyops.add on tiny tensors <= 0.5 x torch.add(out=) on CPU, <= 0.6 x
+on CUDA; torch.ops.polyops.add(out=) <= 1.0 x torch.ops.aten.add.out; the
+allocating polyops.rms_norm <= 0.3 x F.rms_norm on CPU. A miss is reported as
+MISS in the table; the exit status stays 0.
 
 Usage::
 
@@ -68,6 +69,7 @@ TARGETS: dict[str, dict[tuple[str, str], float]] = {
     "cpu": {
         ("polyops.add(out=)", "torch.add(out=)"): 0.5,
         ("torch.ops.polyops.add(out=)", "aten.add.out"): 1.0,
+        ("polyops.rms_norm", "F.rms_norm"): 0.3,
     },
     "cuda": {
         ("polyops.add(out=)", "torch.add(out=)"): 0.6,
@@ -145,6 +147,35 @@ def bench_torch_ops_add_functional(
             ),
             "aten.add.Tensor": call_timer(torch.ops.aten.add.Tensor, a, b),
             "torch.ops.polyops.add (packet)": call_timer(torch.ops.polyops.add, a, b, **extra),
+        },
+        repeats=repeats,
+        number=number,
+        target_s=target_s,
+    )
+
+
+def bench_rms_norm_allocating(
+    shape: tuple[int, int],
+    *,
+    repeats: int,
+    number: int | None,
+    target_s: float,
+    implementation_index: int | None = None,
+    device: str = "cpu",
+) -> dict[str, Timing]:
+    """Time polyops.rms_norm allocating its result against torch.nn.functional.rms_norm on
+    float32 `shape`: both sides allocate."""
+    n = shape[-1]
+    x = torch.randn(shape, device=device)
+    w = torch.randn(n, device=device)
+    extra = _kwargs(implementation_index)
+    torch.testing.assert_close(
+        polyops.rms_norm(x, w, EPS, **extra), torch.nn.functional.rms_norm(x, (n,), w, EPS)
+    )
+    return measure(
+        {
+            "polyops.rms_norm": call_timer(polyops.rms_norm, x, w, EPS, **extra),
+            "F.rms_norm": call_timer(torch.nn.functional.rms_norm, x, (n,), w, EPS),
         },
         repeats=repeats,
         number=number,
@@ -239,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("add", bench_torch_ops_add, "torch.ops.polyops.add(out=)"),
         ("add", bench_torch_ops_add_functional, "torch.ops.polyops.add.default"),
         ("rms_norm", bench_rms_norm, "polyops.rms_norm(out=)"),
+        ("rms_norm", bench_rms_norm_allocating, "polyops.rms_norm"),
     ):
         for shape in SHAPES:
             timings = bench(
