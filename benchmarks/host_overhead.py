@@ -154,61 +154,47 @@ def bench_torch_ops_add_functional(
     )
 
 
-def bench_rms_norm_allocating(
+def _bench_rms_norm(
     shape: tuple[int, int],
     *,
+    allocate: bool,
     repeats: int,
     number: int | None,
     target_s: float,
     implementation_index: int | None = None,
     device: str = "cpu",
 ) -> dict[str, Timing]:
-    """Time polyops.rms_norm allocating its result against torch.nn.functional.rms_norm on
-    float32 `shape`: both sides allocate."""
+    """Time polyops.rms_norm, with ``out=`` or allocating its result (`allocate`), against
+    torch.nn.functional.rms_norm (which always allocates) on float32 `shape`."""
     n = shape[-1]
     x = torch.randn(shape, device=device)
     w = torch.randn(n, device=device)
     extra = _kwargs(implementation_index)
-    torch.testing.assert_close(
-        polyops.rms_norm(x, w, EPS, **extra), torch.nn.functional.rms_norm(x, (n,), w, EPS)
-    )
-    return measure(
-        {
-            "polyops.rms_norm": call_timer(polyops.rms_norm, x, w, EPS, **extra),
-            "F.rms_norm": call_timer(torch.nn.functional.rms_norm, x, (n,), w, EPS),
-        },
-        repeats=repeats,
-        number=number,
-        target_s=target_s,
-    )
-
-
-def bench_rms_norm(
-    shape: tuple[int, int],
-    *,
-    repeats: int,
-    number: int | None,
-    target_s: float,
-    implementation_index: int | None = None,
-    device: str = "cpu",
-) -> dict[str, Timing]:
-    """Time polyops.rms_norm(out=) against torch.nn.functional.rms_norm on float32 `shape`."""
-    n = shape[-1]
-    x = torch.randn(shape, device=device)
-    w = torch.randn(n, device=device)
-    y = torch.empty(shape, device=device)
-    extra = _kwargs(implementation_index)
-    polyops.rms_norm(x, w, EPS, out=y, **extra)
+    if allocate:
+        candidate = "polyops.rms_norm"
+        y = polyops.rms_norm(x, w, EPS, **extra)
+    else:
+        candidate = "polyops.rms_norm(out=)"
+        y = torch.empty(shape, device=device)
+        polyops.rms_norm(x, w, EPS, out=y, **extra)
+        extra = {**extra, "out": y}
     torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (n,), w, EPS))
     return measure(
         {
-            "polyops.rms_norm(out=)": call_timer(polyops.rms_norm, x, w, EPS, out=y, **extra),
+            candidate: call_timer(polyops.rms_norm, x, w, EPS, **extra),
             "F.rms_norm": call_timer(torch.nn.functional.rms_norm, x, (n,), w, EPS),
         },
         repeats=repeats,
         number=number,
         target_s=target_s,
     )
+
+
+#: polyops.rms_norm(out=) against F.rms_norm.
+bench_rms_norm = functools.partial(_bench_rms_norm, allocate=False)
+
+#: The allocating polyops.rms_norm against F.rms_norm: both sides allocate.
+bench_rms_norm_allocating = functools.partial(_bench_rms_norm, allocate=True)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
