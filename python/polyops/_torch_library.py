@@ -1,7 +1,7 @@
 """Registers every polyops op as ``torch.ops.polyops.<op>``, for code that torch.compile traces.
 
 The schemas and the kernels are generated from ``src/base/*.h`` (see
-``scripts/generate_wrappers.py``) and registered by ``_C._register_torch_library``,
+``scripts/generate_wrappers.py``) and registered by ``_torch_ops._register_torch_library``,
 with an Autograd kernel that refuses tensors requiring grad (polyops has no
 derivative formulas). This module adds what torch.compile also needs: a fake
 implementation per overload. Each fake first validates the call as the real
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from polyops import _C
+from polyops import _torch_ops
 
 Values = Mapping[str, Any]
 
@@ -182,7 +182,7 @@ def check(op: str, overload: str, values: Values) -> list[tuple[tuple[int, ...],
         metadata = {name: _metadata(value) for name, value in values.items()}
     except _NoHint:
         return []
-    return [tuple(result) for result in _C._check_meta(op, overload, metadata)]
+    return [tuple(result) for result in _torch_ops._check_meta(op, overload, metadata)]
 
 
 @functools.cache
@@ -247,8 +247,8 @@ def _make_fake(
 
 def register() -> None:
     """Define torch.ops.polyops.* (schemas, kernels for every built device, fakes)."""
-    _C._register_torch_library()
-    for op, overload, _, returns in _C._torch_overloads:
+    _torch_ops._register_torch_library()
+    for op, overload, _, returns in _torch_ops._torch_overloads:
         schema = getattr(getattr(torch.ops.polyops, op), overload or "default")._schema
         rules = [SHAPE_RULES[op][name] for name in returns]
         qualname = f"polyops::{op}" + (f".{overload}" if overload else "")

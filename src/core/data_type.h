@@ -18,6 +18,7 @@ enum class DataType : int8_t {
   kFloat32,
   kFloat64,
 };
+inline constexpr int kNumDataTypes = 10;
 
 constexpr int DataTypeSize(DataType dtype) {
   switch (dtype) {

@@ -1,7 +1,7 @@
 // Argument parsing for the generated METH_FASTCALL op functions.
-#include <string>
+#include "python/arguments.h"
 
-#include "python/binding_support.h"
+#include <string>
 
 namespace polyops::python {
 
@@ -99,108 +99,6 @@ bool ArgBool(PyObject* value, const char* op, const char* name) {
   ThrowWrongType(value, op, name, "a bool");
 }
 
-at::ScalarType ArgDtype(PyObject* value, const char* op, const char* name) {
-  if (!THPDtype_Check(value)) ThrowWrongType(value, op, name, "a torch.dtype");
-  return reinterpret_cast<THPDtype*>(value)->scalar_type;
-}
-
-std::vector<at::Tensor> ArgTensorList(PyObject* value, const char* op,
-                                      const char* name) {
-  if (!PyList_Check(value) && !PyTuple_Check(value)) {
-    ThrowWrongType(value, op, name, "a list or tuple of torch.Tensor");
-  }
-  const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-  PyObject** items = PySequence_Fast_ITEMS(value);
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(size);
-  for (Py_ssize_t i = 0; i < size; ++i) {
-    tensors.push_back(ArgTensor(items[i], op, name));
-  }
-  return tensors;
-}
-
-ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
-                                 const char* name) {
-  ScalarOrTensor result;
-  if (THPVariable_Check(value)) {
-    result.tensor = ToView(ArgTensor(value, op, name), op, name);
-  } else if (PyBool_Check(value)) {
-    ThrowWrongType(value, op, name, "a number or a torch.Tensor");
-  } else {
-    result.scalar = ArgDouble(value, op, name);
-  }
-  return result;
-}
-
-void ThrowUnsupportedTensor(const at::Tensor& tensor, const char* op,
-                            const char* name) {
-  const c10::DispatchKeySet keys = tensor.unsafeGetTensorImpl()->key_set();
-  const auto unsupported = [&](const char* kind, const char* advice) {
-    throw NotImplemented(detail::Concat("polyops.", op,
-                                        " is not supported for ", name,
-                                        " because it is ", kind, advice));
-  };
-  if (keys.has(c10::DispatchKey::Negative) ||
-      keys.has(c10::DispatchKey::Conjugate)) {
-    unsupported(
-        "a view with torch's negative or conjugate bit set (e.g. "
-        "z.conj().imag), whose memory holds the values before negation",
-        "; pass .resolve_neg() / .resolve_conj() of it");
-  }
-  if (keys.has(c10::DispatchKey::Python) ||
-      keys.has(c10::DispatchKey::PythonTLSSnapshot)) {
-    unsupported(
-        "a tensor subclass with __torch_dispatch__ (such as FakeTensor or "
-        "FunctionalTensor) whose data polyops cannot read",
-        "; use torch.ops.polyops, which torch dispatches for them");
-  }
-  if (keys.has(c10::DispatchKey::Functionalize)) {
-    unsupported("a functionalization wrapper",
-                "; use torch.ops.polyops inside functionalized code");
-  }
-  if (keys.has(c10::DispatchKey::FuncTorchBatched) ||
-      keys.has(c10::DispatchKey::BatchedNestedTensor)) {
-    unsupported("a vmap batched tensor",
-                "; call polyops outside torch.vmap or use torch.ops.polyops");
-  }
-  if (keys.has(c10::DispatchKey::FuncTorchGradWrapper)) {
-    unsupported("a torch.func transform wrapper", "");
-  }
-  if (keys.has(c10::DispatchKey::NestedTensor) ||
-      tensor.layout() == c10::kJagged) {
-    unsupported("a nested tensor", "; pass its dense components");
-  }
-  if (tensor.layout() != c10::kStrided) {
-    throw InvalidArgument(detail::Concat(
-        "polyops.", op, ": ", name,
-        " must be a dense (strided) tensor, got layout ", tensor.layout()));
-  }
-  if (!tensor.unsafeGetTensorImpl()->has_storage()) {
-    unsupported("a tensor without storage", "");
-  }
-  throw NotImplemented(detail::Concat(
-      "polyops.", op, " is not supported for ", name, " of shape ",
-      tensor.sizes(), " with strides ", tensor.strides(), " and offset ",
-      tensor.storage_offset(),
-      " because its storage holds no data for it (null data pointer or "
-      "storage of ",
-      tensor.unsafeGetTensorImpl()->storage().nbytes(), " bytes)"));
-}
-
-void* CurrentStream(Device device, const char* op) {
-  const c10::Device torch_device = ToTorchDevice(device);
-  try {
-    const c10::impl::DeviceGuardImplInterface* guard =
-        c10::impl::getDeviceGuardImpl(torch_device.type());
-    return guard->getStreamNativeHandle(guard->getStream(torch_device));
-  } catch (const c10::Error& error) {
-    throw BackendError(detail::Concat(
-        "polyops.", op, ": cannot get torch's current stream of ",
-        torch_device.str(), " (", error.what_without_backtrace(),
-        "); pass stream= explicitly"));
-  }
-}
-
 void SetPythonError() {
   try {
     throw;
@@ -212,8 +110,6 @@ void SetPythonError() {
     PyErr_SetString(PyExc_ValueError, error.what());
   } catch (const NotImplemented& error) {
     PyErr_SetString(PyExc_NotImplementedError, error.what());
-  } catch (const c10::Error& error) {
-    PyErr_SetString(PyExc_RuntimeError, error.what_without_backtrace());
   } catch (const std::exception& error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
   } catch (...) {

@@ -1,8 +1,8 @@
 // cuda::Workspace memory from torch's CUDA caching allocator. It is looked up
 // per allocation through libc10's registry (c10::GetAllocator), where CUDA
 // torch's libc10_cuda registers it, so polyops links no torch CUDA library and
-// the same _C imports under a CPU torch (where a workspace request fails with
-// BackendError).
+// the same _torch_ops imports under a CPU torch (where a workspace request
+// fails with BackendError).
 #include "python/cuda_allocator.h"
 
 #include <c10/core/Allocator.h>
@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "cuda/workspace.h"
+#include "generated/ops_table.h"
 
 namespace polyops::python {
 namespace {
@@ -76,7 +77,8 @@ void* AllocateWorkspace(size_t bytes, const Handle& handle, const char* op,
 }  // namespace
 
 void InstallCudaAllocator() {
-  cuda::SetWorkspaceAllocator(cuda::WorkspaceAllocator{&AllocateWorkspace});
+  static const cuda::WorkspaceAllocator allocator{&AllocateWorkspace};
+  Ops().set_cuda_workspace_allocator(&allocator);
 }
 
 }  // namespace polyops::python

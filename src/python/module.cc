@@ -1,5 +1,9 @@
 // The polyops._C extension: the generated op functions plus the framework
-// functions that python/polyops wraps.
+// functions that python/polyops wraps. No torch header and no torch library:
+// tensors are read through DLPack (tensor_exchange.h), and the torch.library
+// side lives in polyops._torch_ops (torch_module.cc).
+#include <pybind11/stl.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -9,18 +13,12 @@
 #include "cpu/gemm_autotune.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/onednn.h"
-#include "python/binding_support.h"
-#include "python/torch_library.h"
+#include "python/tensor_exchange.h"
 #ifdef POLYOPS_WITH_CUDA
 #include "cuda/workspace.h"
-#include "python/cuda_allocator.h"
 #endif
 #ifdef POLYOPS_WITH_ASCEND
 #include "ascend/launch.h"
-#endif
-
-#ifndef POLYOPS_TORCH_VERSION
-#define POLYOPS_TORCH_VERSION "unknown"
 #endif
 
 namespace polyops::python {
@@ -98,6 +96,15 @@ py::dict InfoDict(const CacheInfo& info) {
 
 }  // namespace
 
+void SetCudaWorkspaceAllocator(const void* allocator) {
+#ifdef POLYOPS_WITH_CUDA
+  cuda::SetWorkspaceAllocator(
+      *static_cast<const cuda::WorkspaceAllocator*>(allocator));
+#else
+  (void)allocator;
+#endif
+}
+
 PYBIND11_MODULE(_C, module) {
   // Module-local: a global translator would also see every exception of
   // torch's own pybind11 functions (pybind11 shares its internals across
@@ -114,6 +121,7 @@ PYBIND11_MODULE(_C, module) {
     }
   });
 
+  InitTensorExchange();
   BindOps(module);
 
   module.def(
@@ -199,6 +207,9 @@ PYBIND11_MODULE(_C, module) {
       },
       py::arg("op"), py::arg("device"), py::arg("slots"));
   module.def("_set_cache_capacity", &SetCacheCapacity, py::arg("n"));
+  // For tests: the negative-bit / autograd reads through torch's Python-level
+  // functions, as without polyops._torch_ops (tensor_exchange.h).
+  module.def("_use_portable_tensor_flags", &UsePortableTensorFlags);
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
     cpu::autotune::Clear();
@@ -298,7 +309,6 @@ PYBIND11_MODULE(_C, module) {
   built.append("cpu");
 #ifdef POLYOPS_WITH_CUDA
   built.append("cuda");
-  InstallCudaAllocator();
   // For tests: a Workspace of nbytes on cuda:<device> for `stream` (a raw
   // cudaStream_t, 0 = default), given back at once; returns its address.
   module.def(
@@ -315,22 +325,9 @@ PYBIND11_MODULE(_C, module) {
   built.append("npu");
 #endif
   module.attr("_built_devices") = built;
-
-  // torch.ops.polyops: python/polyops/_torch_library.py calls this on import,
-  // then registers a fake implementation per overload.
-  module.def("_register_torch_library", &RegisterTorchLibrary);
-  module.def("_check_meta", &CheckMeta, py::arg("op"), py::arg("overload"),
-             py::arg("values"));
-  module.def("_refuse_autograd", &RegisterAutogradRefusal, py::arg("qualname"),
-             py::arg("key"));
-  py::list overloads;
-  for (const TorchOverload& overload : TorchOverloads()) {
-    overloads.append(py::make_tuple(overload.op, overload.overload,
-                                    overload.schema,
-                                    py::tuple(py::cast(overload.returns))));
-  }
-  module.attr("_torch_overloads") = py::tuple(overloads);
-  module.attr("_torch_version") = POLYOPS_TORCH_VERSION;
+  // The torch polyops._torch_ops was built for (python/polyops/__init__.py
+  // loads it only under that torch's minor version).
+  module.attr("_torch_ops_version") = POLYOPS_TORCH_VERSION;
 }
 
 }  // namespace polyops::python

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "python/binding_support.h"
+#include "python/torch_tensors.h"
 
 namespace polyops::python {
 
@@ -242,7 +242,7 @@ class MetaArguments {
     POLYOPS_CHECK(ndim <= kMaxDims, "polyops.", op_, ": ", name, " has ", ndim,
                   " dims; polyops supports at most ", kMaxDims);
     const DataType dtype =
-        ToDataType(ArgDtype(meta[2].ptr(), op_, name), op_, name);
+        ToDataType(ArgScalarType(meta[2].ptr(), op_, name), op_, name);
     *device = meta[3].cast<c10::Device>();
     return Tensor::FromParts(
         nullptr, static_cast<int>(ndim), sizes.data(), strides.data(), dtype,
