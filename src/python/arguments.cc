@@ -99,6 +99,20 @@ bool ArgBool(PyObject* value, const char* op, const char* name) {
   ThrowWrongType(value, op, name, "a bool");
 }
 
+void RegisterErrorTranslator() {
+  py::register_local_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const InvalidArgument& error) {
+      PyErr_SetString(PyExc_ValueError, error.what());
+    } catch (const NotImplemented& error) {
+      PyErr_SetString(PyExc_NotImplementedError, error.what());
+    } catch (const BackendError& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+    }
+  });
+}
+
 void SetPythonError() {
   try {
     throw;

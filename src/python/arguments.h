@@ -228,6 +228,13 @@ inline PyObject* ReturnAlias(PyObject* given, PyObject* input) {
 // Sets the Python error for the exception being handled.
 void SetPythonError();
 
+// polyops' errors -> ValueError / NotImplementedError / RuntimeError for the
+// calling module's pybind11 functions. Module-local: a global translator
+// would also see every exception of torch's own pybind11 functions (pybind11
+// shares its internals across modules) and turn c10::ValueError & co. into
+// RuntimeError.
+void RegisterErrorTranslator();
+
 void BindOps(py::module_& module);
 
 }  // namespace polyops::python

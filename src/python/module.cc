@@ -106,20 +106,7 @@ void SetCudaWorkspaceAllocator(const void* allocator) {
 }
 
 PYBIND11_MODULE(_C, module) {
-  // Module-local: a global translator would also see every exception of
-  // torch's own pybind11 functions (pybind11 shares its internals across
-  // modules) and turn c10::ValueError & co. into RuntimeError.
-  py::register_local_exception_translator([](std::exception_ptr pointer) {
-    try {
-      if (pointer) std::rethrow_exception(pointer);
-    } catch (const InvalidArgument& error) {
-      PyErr_SetString(PyExc_ValueError, error.what());
-    } catch (const NotImplemented& error) {
-      PyErr_SetString(PyExc_NotImplementedError, error.what());
-    } catch (const BackendError& error) {
-      PyErr_SetString(PyExc_RuntimeError, error.what());
-    }
-  });
+  RegisterErrorTranslator();
 
   InitTensorExchange();
   BindOps(module);

@@ -135,51 +135,6 @@ dlpack::Dev ToDlDevice(Device device) {
   }
 }
 
-bool ToDataType(dlpack::DType type, DataType* result) {
-  if (type.lanes != 1) return false;
-  switch (type.code) {
-    case dlpack::kBool:
-      *result = DataType::kBool;
-      return type.bits == 8;
-    case dlpack::kInt:
-      switch (type.bits) {
-        case 8:
-          *result = DataType::kInt8;
-          return true;
-        case 16:
-          *result = DataType::kInt16;
-          return true;
-        case 32:
-          *result = DataType::kInt32;
-          return true;
-        case 64:
-          *result = DataType::kInt64;
-          return true;
-      }
-      return false;
-    case dlpack::kUInt:
-      *result = DataType::kUInt8;
-      return type.bits == 8;
-    case dlpack::kFloat:
-      switch (type.bits) {
-        case 16:
-          *result = DataType::kFloat16;
-          return true;
-        case 32:
-          *result = DataType::kFloat32;
-          return true;
-        case 64:
-          *result = DataType::kFloat64;
-          return true;
-      }
-      return false;
-    case dlpack::kBfloat:
-      *result = DataType::kBFloat16;
-      return type.bits == 16;
-  }
-  return false;
-}
-
 dlpack::DType ToDlType(DataType dtype) {
   const auto bits = static_cast<uint8_t>(8 * DataTypeSize(dtype));
   switch (dtype) {
@@ -197,6 +152,19 @@ dlpack::DType ToDlType(DataType dtype) {
     default:
       return {dlpack::kFloat, bits, 1};
   }
+}
+
+// The inverse of ToDlType: false for a type polyops does not handle.
+bool ToDataType(dlpack::DType type, DataType* result) {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const dlpack::DType candidate = ToDlType(static_cast<DataType>(i));
+    if (candidate.code == type.code && candidate.bits == type.bits &&
+        candidate.lanes == type.lanes) {
+      *result = static_cast<DataType>(i);
+      return true;
+    }
+  }
+  return false;
 }
 
 void SetAllocationError(void* context, const char* kind, const char* message) {

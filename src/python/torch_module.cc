@@ -27,18 +27,7 @@ const OpsTable* ops_table = nullptr;
 const OpsTable& Ops() { return *ops_table; }
 
 PYBIND11_MODULE(_torch_ops, module) {
-  // Module-local, as polyops._C's (module.cc).
-  py::register_local_exception_translator([](std::exception_ptr pointer) {
-    try {
-      if (pointer) std::rethrow_exception(pointer);
-    } catch (const InvalidArgument& error) {
-      PyErr_SetString(PyExc_ValueError, error.what());
-    } catch (const NotImplemented& error) {
-      PyErr_SetString(PyExc_NotImplementedError, error.what());
-    } catch (const BackendError& error) {
-      PyErr_SetString(PyExc_RuntimeError, error.what());
-    }
-  });
+  RegisterErrorTranslator();
 
   py::object table = py::module_::import("polyops._C").attr("_ops_table");
   ops_table = static_cast<const OpsTable*>(
