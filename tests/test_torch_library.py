@@ -357,7 +357,7 @@ def test_errors_keep_their_python_types():
         ops.add(a, _randn(3, 3))
     with pytest.raises(ValueError, match=r"polyops\.add: out must have the broadcast shape"):
         ops.add(a, _randn(1, 3), out=torch.empty(3, 2))
-    with pytest.raises(NotImplementedError, match="input=ComplexFloat"):
+    with pytest.raises(NotImplementedError, match=r"input=torch\.complex64"):
         ops.add(a.to(torch.complex64), a.to(torch.complex64))
     with pytest.raises(ValueError, match="cu_seqlens_q"):
         ops.flash_attention(

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from polyops import _torch_ops
+from polyops import _C, _torch_ops
 
 Values = Mapping[str, Any]
 
@@ -140,6 +140,14 @@ def _hint(value: Any) -> Any:
     return value
 
 
+def _device(device: torch.device) -> tuple[str, int, str]:
+    """(type, index, text) with polyops' type names: torch's PrivateUse1 backend is "npu"."""
+    kind = device.type
+    if kind == torch._C._get_privateuse1_backend_name():
+        kind = "npu"
+    return (kind, -1 if device.index is None else device.index, str(device))
+
+
 def _metadata(value: Any) -> Any:
     """`value` as CheckMeta reads it: a tensor becomes (sizes, strides, dtype, device)."""
     if isinstance(value, torch.Tensor):
@@ -147,7 +155,7 @@ def _metadata(value: Any) -> Any:
             tuple(_hint(s) for s in value.shape),
             tuple(_hint(s) for s in value.stride()),
             value.dtype,
-            value.device,
+            _device(value.device),
         )
     if isinstance(value, (list, tuple)):
         return [_metadata(v) for v in value]
@@ -182,7 +190,7 @@ def check(op: str, overload: str, values: Values) -> list[tuple[tuple[int, ...],
         metadata = {name: _metadata(value) for name, value in values.items()}
     except _NoHint:
         return []
-    return [tuple(result) for result in _torch_ops._check_meta(op, overload, metadata)]
+    return [tuple(result) for result in _C._check_meta(op, overload, metadata)]
 
 
 @functools.cache

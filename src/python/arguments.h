@@ -38,6 +38,17 @@ inline Tensor Placeholder(const TensorMeta& meta, const Tensor& like) {
                            like.device());
 }
 
+// An `.out` overload does not declare an optional input written (rotary's
+// key), so the output that would alias it must be given with it.
+inline void CheckAliasGiven(bool input_given, bool output_given,
+                            const char* qualified, const char* op,
+                            const char* input, const char* output) {
+  POLYOPS_CHECK(!input_given || output_given, "torch.ops.polyops.", qualified,
+                ": ", output, " is required when ", input,
+                " is given (use torch.ops.polyops.", op, " to update ", input,
+                " in place)");
+}
+
 inline Device PrimaryDevice(const Tensor& tensor, const char*) {
   return tensor.device();
 }

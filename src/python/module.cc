@@ -13,6 +13,7 @@
 #include "cpu/gemm_autotune.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/onednn.h"
+#include "python/meta_check.h"
 #include "python/tensor_exchange.h"
 #ifdef POLYOPS_WITH_CUDA
 #include "cuda/workspace.h"
@@ -197,6 +198,9 @@ PYBIND11_MODULE(_C, module) {
   // For tests: the negative-bit / autograd reads through torch's Python-level
   // functions, as without polyops._torch_ops (tensor_exchange.h).
   module.def("_use_portable_tensor_flags", &UsePortableTensorFlags);
+  // The fakes' validation (python/polyops/_torch_library.py).
+  module.def("_check_meta", &CheckMeta, py::arg("op"), py::arg("overload"),
+             py::arg("values"));
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
     cpu::autotune::Clear();

@@ -365,6 +365,11 @@ ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
   return result;
 }
 
+py::object DtypeObject(DataType dtype) {
+  return py::reinterpret_borrow<py::object>(
+      torch_.dtypes[static_cast<int>(dtype)]);
+}
+
 DataType ArgDtype(PyObject* value, const char* op, const char* name) {
   for (int i = 0; i < kNumDataTypes; ++i) {
     if (value == torch_.dtypes[i]) return static_cast<DataType>(i);

@@ -52,6 +52,8 @@ std::vector<Tensor> ToViews(const std::vector<TensorArg>& tensors,
 ScalarOrTensor ArgScalarOrTensor(PyObject* value, const char* op,
                                  const char* name);
 DataType ArgDtype(PyObject* value, const char* op, const char* name);
+// torch's dtype object for `dtype` (e.g. torch.float32).
+py::object DtypeObject(DataType dtype);
 
 // Allocates the placeholder's tensor through torch (the exchange API's
 // allocator: torch's caching allocators) and points the view at it.

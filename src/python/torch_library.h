@@ -8,7 +8,6 @@
 #include <ATen/core/stack.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/DynamicTypes.h>
 #include <torch/library.h>
 
 #include <memory>
@@ -36,16 +35,6 @@ const std::vector<TorchOverload>& TorchOverloads();
 // for each built device. Throws (leaving nothing registered) on failure, e.g.
 // when another library already owns the namespace. Idempotent.
 void RegisterTorchLibrary();
-
-// The fakes' validation (python/polyops/_torch_library.py): runs the base
-// class constructor of `op` (src/base/<op>.h, the checks every slot runs)
-// on metadata only. `values` maps the op's parameter names to None, a
-// number, a torch.dtype, a tensor's (sizes, strides, dtype, device) or a
-// list of those. Raises what the kernel would raise for the same shapes,
-// dtypes and devices; returns the (shape, dtype) of each output the
-// overload allocates (Default<Out>), in order.
-py::list CheckMeta(const std::string& op, const std::string& overload,
-                   const py::dict& values);
 
 // torch turns c10 errors into Python exceptions by type; polyops' own errors
 // would all become RuntimeError. Keep ValueError / NotImplementedError.
@@ -167,117 +156,6 @@ inline void RegisterAutogradRefusal(const std::string& qualname,
   libraries->back()->impl(
       qualname.substr(separator + 2).c_str(),
       torch::CppFunction::makeFromBoxedFunction<&RefuseAutograd>());
-}
-
-// An `.out` overload does not declare an optional input written (rotary's
-// key), so the output that would alias it must be given with it.
-inline void CheckAliasGiven(bool input_given, bool output_given,
-                            const char* qualified, const char* op,
-                            const char* input, const char* output) {
-  POLYOPS_CHECK(!input_given || output_given, "torch.ops.polyops.", qualified,
-                ": ", output, " is required when ", input,
-                " is given (use torch.ops.polyops.", op, " to update ", input,
-                " in place)");
-}
-
-// The arguments of one CheckMeta call, read as views without data. Tensors
-// must be on the device of the op's first tensor (the `_host` mirrors
-// excepted, as in Get<Op>); meta tensors are validated as CPU tensors.
-class MetaArguments {
- public:
-  MetaArguments(py::dict values, const char* op, const char* primary)
-      : values_(std::move(values)), op_(op) {
-    PyObject* first = Get(primary);
-    if (first && PyList_Check(first)) {
-      first = PyList_Size(first) ? PyList_GetItem(first, 0) : nullptr;
-    }
-    if (first) like_ = ToMetaView(first, primary, &primary_);
-  }
-
-  // The value of `name`, or nullptr for None or absent.
-  PyObject* Get(const char* name) const {
-    PyObject* value = PyDict_GetItemString(values_.ptr(), name);
-    return value == Py_None ? nullptr : value;
-  }
-  PyObject* Required(const char* name) const {
-    PyObject* value = Get(name);
-    POLYOPS_CHECK(value, "polyops.", op_, ": ", name, " is required");
-    return value;
-  }
-  Tensor View(const char* name) const { return Checked(Required(name), name); }
-  std::optional<Tensor> OptionalView(const char* name) const {
-    if (!Get(name)) return std::nullopt;
-    return View(name);
-  }
-  std::vector<Tensor> Views(const char* name) const {
-    PyObject* list = Required(name);
-    POLYOPS_CHECK(PyList_Check(list), "polyops.", op_, ": ", name,
-                  " must be given as a list");
-    std::vector<Tensor> views;
-    for (py::handle item : py::reinterpret_borrow<py::list>(list)) {
-      views.push_back(Checked(item, name));
-    }
-    return views;
-  }
-  ScalarOrTensor ScalarOrView(const char* name) const {
-    PyObject* value = Required(name);
-    if (PyTuple_Check(value)) return ScalarOrTensor{View(name), 0.0};
-    return ScalarOrTensor{std::nullopt, ArgDouble(value, op_, name)};
-  }
-  // A view on the first tensor's device, for Placeholder.
-  const Tensor& Like() const { return like_; }
-
- private:
-  // (sizes, strides, dtype, device) -> a view without data. Checks what
-  // ToView checks without reading memory: dims, dtype, device type.
-  Tensor ToMetaView(py::handle value, const char* name,
-                    c10::Device* device) const {
-    POLYOPS_CHECK(PyTuple_Check(value.ptr()) && PyTuple_Size(value.ptr()) == 4,
-                  "polyops.", op_, ": ", name,
-                  " must be given as (sizes, strides, dtype, device)");
-    const auto meta = py::reinterpret_borrow<py::tuple>(value);
-    const auto sizes = meta[0].cast<std::vector<int64_t>>();
-    const auto strides = meta[1].cast<std::vector<int64_t>>();
-    const auto ndim = static_cast<int64_t>(sizes.size());
-    POLYOPS_CHECK(ndim <= kMaxDims, "polyops.", op_, ": ", name, " has ", ndim,
-                  " dims; polyops supports at most ", kMaxDims);
-    const DataType dtype =
-        ToDataType(ArgScalarType(meta[2].ptr(), op_, name), op_, name);
-    *device = meta[3].cast<c10::Device>();
-    return Tensor::FromParts(
-        nullptr, static_cast<int>(ndim), sizes.data(), strides.data(), dtype,
-        device->is_meta() ? Device{} : ToDevice(*device, op_, name));
-  }
-
-  // As Get<Op>'s CheckDevice, and a meta tensor never pairs with another.
-  Tensor Checked(py::handle value, const char* name) const {
-    c10::Device device = primary_;
-    const Tensor view = ToMetaView(value, name, &device);
-    const std::string_view text(name);
-    if (text.size() > 5 && text.substr(text.size() - 5) == "_host") {
-      return view;  // host mirrors live on the CPU: the base class checks
-    }
-    POLYOPS_CHECK(device.is_meta() == primary_.is_meta(), "polyops.", op_, ": ",
-                  name, " is on ", device.str(),
-                  " but the op runs on the device of its first tensor, ",
-                  primary_.str());
-    CheckDevice(view, like_.device(), op_, name);
-    return view;
-  }
-
-  py::dict values_;
-  const char* op_;
-  c10::Device primary_{c10::kCPU};
-  Tensor like_;
-};
-
-// (shape, dtype) of a placeholder, as CheckMeta returns it.
-inline py::tuple MetaResult(const Tensor& view) {
-  py::tuple shape(view.ndim());
-  for (int d = 0; d < view.ndim(); ++d) shape[d] = view.size(d);
-  PyObject* dtype = reinterpret_cast<PyObject*>(
-      torch::getTHPDtype(ToScalarType(view.dtype())));
-  return py::make_tuple(shape, py::reinterpret_borrow<py::object>(dtype));
 }
 
 }  // namespace polyops::python

@@ -1,10 +1,9 @@
 // The polyops._torch_ops extension: what needs torch's C++ API. It registers
-// torch.ops.polyops (torch_library.h), gives the fakes their validation
-// (CheckMeta) and points polyops._C's accelerator device, stream and CUDA
-// scratch-memory lookups and its negative-bit / autograd reads at torch's. The
-// ops themselves run in polyops._C, through its table of entry points
-// (generated/ops_table.h). Built for the torch polyops is compiled with;
-// docs/torch.md.
+// torch.ops.polyops (torch_library.h) and points polyops._C's accelerator
+// device, stream and CUDA scratch-memory lookups and its negative-bit /
+// autograd reads at torch's. The ops themselves run in polyops._C, through
+// its table of entry points (generated/ops_table.h). Built for the torch
+// polyops is compiled with; docs/torch.md.
 #include <string>
 
 #include "generated/ops_table.h"
@@ -42,8 +41,6 @@ PYBIND11_MODULE(_torch_ops, module) {
   // torch.ops.polyops: python/polyops/_torch_library.py calls this on import,
   // then registers a fake implementation per overload.
   module.def("_register_torch_library", &RegisterTorchLibrary);
-  module.def("_check_meta", &CheckMeta, py::arg("op"), py::arg("overload"),
-             py::arg("values"));
   module.def("_refuse_autograd", &RegisterAutogradRefusal, py::arg("qualname"),
              py::arg("key"));
   py::list overloads;

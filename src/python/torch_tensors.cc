@@ -9,12 +9,6 @@
 
 namespace polyops::python {
 
-at::ScalarType ArgScalarType(PyObject* value, const char* op,
-                             const char* name) {
-  if (!THPDtype_Check(value)) ThrowWrongType(value, op, name, "a torch.dtype");
-  return reinterpret_cast<THPDtype*>(value)->scalar_type;
-}
-
 void ThrowUnsupportedTensor(const at::Tensor& tensor, const char* op,
                             const char* name) {
   const c10::DispatchKeySet keys = tensor.unsafeGetTensorImpl()->key_set();

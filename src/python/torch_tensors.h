@@ -11,6 +11,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -80,7 +81,8 @@ inline DataType ToDataType(at::ScalarType type, const char* op,
                            const char* name) {
   const std::optional<DataType> dtype = FromScalarType(type);
   POLYOPS_CHECK_T(dtype.has_value(), NotImplemented, "polyops.", op,
-                  " is not supported for ", name, "=", c10::toString(type),
+                  " is not supported for ", name, "=torch.",
+                  torch::getTHPDtype(type)->name,
                   " because polyops handles bool, int8/16/32/64, uint8, "
                   "float16, bfloat16, float32 and float64 only");
   return *dtype;
@@ -261,9 +263,6 @@ void InstallTorchTensorFlags(TensorFlags& flags);
 // Points polyops._C's device and stream lookups at torch's device guards
 // (torch_npu's or the test device's for PrivateUse1).
 void InstallTorchDeviceHooks(DeviceHooks& hooks);
-
-// A torch.dtype object (the fakes' metadata, CheckMeta).
-at::ScalarType ArgScalarType(PyObject* value, const char* op, const char* name);
 
 }  // namespace polyops::python
 
