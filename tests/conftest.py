@@ -184,7 +184,8 @@ def portable_tensor_flags():
     try:
         yield
     finally:
-        polyops._torch_ops._use_torch_tensor_flags()
+        if not polyops._torch_library._stable:  # else polyops._torch_ops is not loaded
+            polyops._torch_ops._use_torch_tensor_flags()
 
 
 @pytest.fixture(params=["polyops", "polyops-portable", "torch.ops"])

@@ -43,6 +43,11 @@ def _skip_reason() -> str | None:
         return "the CANN test double is not built (no _cann_double/libascendcl.so)"
     if importlib.util.find_spec("torch_npu") is not None:
         return "torch_npu is installed: torch.npu is torch_npu's, not the test device"
+    if polyops._torch_library._stable:
+        return (
+            "npu tensors need polyops._torch_ops, which the stable torch.ops form (a torch "
+            "other than the build's, or POLYOPS_TORCH_STABLE=1) does not load"
+        )
     return None
 
 

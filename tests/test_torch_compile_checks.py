@@ -397,9 +397,7 @@ def test_shape_rules_agree_with_the_cpp_defaults(op, overload, make):
     defaults = {a.name: a.default_value for a in fn._schema.arguments if a.has_default_value()}
     values = {**defaults, **named}
     from_cpp = _torch_library.check(op, overload, values)
-    returns = next(
-        r for o, v, _, r in polyops._torch_ops._torch_overloads if (o, v) == (op, overload)
-    )
+    returns = next(r for o, v, _, r in polyops._C._torch_overloads if (o, v) == (op, overload))
     from_rules = [_torch_library.SHAPE_RULES[op][name](values) for name in returns]
     assert [(tuple(t.shape), t.dtype) for t in from_rules] == from_cpp
 

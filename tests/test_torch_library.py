@@ -22,7 +22,6 @@ import pytest
 import torch
 
 import polyops
-from polyops import _torch_ops
 
 ops = torch.ops.polyops
 EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "decoder_layer.py"
@@ -167,7 +166,7 @@ CASES: dict[str, list[Callable[[], Case]]] = {
     ],
 }
 
-OVERLOADS = [(op, overload) for op, overload, _, _ in _torch_ops._torch_overloads]
+OVERLOADS = [(op, overload) for op, overload, _, _ in polyops._C._torch_overloads]
 
 
 def _overload_case(op: str, overload: str, make: Callable[[], Case]) -> tuple[tuple, dict]:

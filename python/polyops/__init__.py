@@ -19,7 +19,7 @@ import warnings
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C, _autotune, _onednn
+from polyops import _C, _autotune, _onednn, _torch_library
 from polyops._autotune import autotune, autotune_info, load_autotune, save_autotune
 
 
@@ -28,20 +28,15 @@ def _major_minor(version: str) -> tuple[str, ...]:
 
 
 # polyops._C reads tensors through DLPack (torch >= 2.10 has the C exchange API).
-# polyops._torch_ops (torch.ops.polyops; torch's device and stream of npu and
-# cuda tensors) uses torch's C++ API, whose ABI changes between minor
-# versions: it is loaded only under the torch minor version it was built for
-# (docs/torch.md, "Torch versions").
+# torch.ops.polyops comes from polyops._torch_ops (torch's C++ API, whose ABI
+# changes between minor versions; also torch's device and stream of npu and
+# cuda tensors) under the torch minor version polyops was built for, else
+# from polyops._torch_stable (torch's stable ABI, CPU kernels; docs/torch.md,
+# "Torch versions"). POLYOPS_TORCH_STABLE=1 picks the stable form anyway.
 _torch_ops_error: str | None = None
-if _major_minor(_C._torch_ops_version) == _major_minor(torch.__version__):
-    from polyops import _torch_library
-else:
-    _torch_library = None
-    _torch_ops_error = (
-        f"polyops was built with torch {_C._torch_ops_version} and torch "
-        f"{torch.__version__} is installed; reinstall polyops against this torch "
-        "(pip install --no-build-isolation .) for torch.ops.polyops and cuda / npu tensors"
-    )
+_use_stable_abi = os.environ.get("POLYOPS_TORCH_STABLE", "") not in ("", "0") or _major_minor(
+    _C._torch_ops_version
+) != _major_minor(torch.__version__)
 
 # oneDNN (CPU matrix products, docs/cpu_gemm.md) is opened at its first use,
 # from the onednn-cpu-gomp wheel when installed, else the loader's path.
@@ -174,15 +169,13 @@ def torch_ops_registered() -> bool:
 _apply_environment(os.environ.get("POLYOPS_IMPLEMENTATIONS", ""))
 _autotune._apply_environment(os.environ.get("POLYOPS_AUTOTUNE_FILE", ""))
 
-if _torch_library is not None:
-    try:
-        _torch_library.register()
-    except Exception as error:  # noqa: BLE001 - the fast functions work without it
-        _torch_ops_error = f"{type(error).__name__}: {error}"
-if _torch_ops_error is not None:
+try:
+    _torch_library.register(stable=_use_stable_abi)
+except Exception as error:  # noqa: BLE001 - the fast functions work without it
+    _torch_ops_error = f"{type(error).__name__}: {error}"
     warnings.warn(
-        f"polyops: torch.ops.polyops is not available ({_torch_ops_error})"
-        + ("; the polyops.<op> functions are unaffected" if _torch_library else ""),
+        f"polyops: torch.ops.polyops is not available ({_torch_ops_error}); "
+        "the polyops.<op> functions are unaffected",
         RuntimeWarning,
         stacklevel=2,
     )

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from polyops import _C, _torch_ops
+from polyops import _C
+from polyops._tensor_errors import explain
 
 Values = Mapping[str, Any]
 
@@ -253,10 +254,152 @@ def _make_fake(
     return fake
 
 
-def register() -> None:
-    """Define torch.ops.polyops.* (schemas, kernels for every built device, fakes)."""
-    _torch_ops._register_torch_library()
-    for op, overload, _, returns in _torch_ops._torch_overloads:
+# The stable form (polyops._torch_stable): schemas defined here, kept for the process.
+_library: torch.library.Library | None = None
+_impl_libraries: list[torch.library.Library] = []
+_stable = False
+
+
+def _label(qualname: str) -> str:
+    """The name polyops' messages use: "polyops::add" -> "add", "_C::rms_norm" -> "_C.rms_norm"."""
+    namespace, name = qualname.split("::")
+    return name if namespace == "polyops" else f"{namespace}.{name}"
+
+
+def refuse_grad(label: str, values: Values, tensors: list[str], written: list[str]) -> None:
+    """What polyops.<op> refuses before it runs, in the same order and with the same
+    messages (src/python/tensor_exchange.cc): a written inference tensor outside
+    inference mode or a written leaf that requires grad (RuntimeError, as torch), then,
+    with grad mode on, any tensor that requires grad (NotImplementedError)."""
+    grad = torch.is_grad_enabled()
+    for name in written:
+        tensor = values.get(name)
+        if tensor is None:
+            continue
+        if tensor.is_inference() and not torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                f"polyops.{label}: {name} is an inference tensor; in-place update to an "
+                "inference tensor outside InferenceMode is not allowed (as in torch)"
+            )
+        if grad and tensor.requires_grad and tensor.is_leaf:
+            raise RuntimeError(
+                f"polyops.{label}: {name} is a leaf tensor that requires grad and cannot be "
+                "written in place (as in torch); write under torch.no_grad() or pass a "
+                "tensor that does not require grad"
+            )
+    if not grad:
+        return
+    for name in tensors:
+        value = values.get(name)
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                raise NotImplementedError(
+                    f"polyops.{label} does not support autograd: {name} requires grad and "
+                    "grad mode is on; call it under torch.no_grad() or "
+                    f"torch.inference_mode(), or pass {name}.detach()"
+                )
+
+
+def _autograd_kernel(qualname: str, packet: Any, schema: torch._C.FunctionSchema):
+    """The Autograd kernel of the stable form, in Python because a stable-ABI kernel can
+    neither redispatch nor read requires_grad or version counters: refuse what
+    polyops.<op> refuses, run the op below autograd, bump the written tensors' versions,
+    and give NotImplementedError back the type a stable kernel cannot raise."""
+    from polyops import _torch_stable
+
+    label = _label(qualname)
+    overload = getattr(packet, schema.overload_name or "default")
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    tensors = [a.name for a in schema.arguments if "Tensor" in str(a.type)]
+    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+    below = torch._C._AutoDispatchBelowAutograd
+    increment_version = torch.autograd.graph.increment_version
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        values = {**dict(zip(positional, args, strict=False)), **kwargs}
+        refuse_grad(label, values, tensors, written)
+        with below():
+            try:
+                result = overload(*args, **kwargs)
+            except RuntimeError as error:
+                kind = _torch_stable._take_error_kind()
+                if kind == "UnsupportedTensor":  # which tensor, and why, as polyops.<op> says
+                    for name in tensors:
+                        value = values.get(name)
+                        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                            if isinstance(tensor, torch.Tensor):
+                                explain(tensor, label, name, _torch_stable._max_dims, "")
+                if kind:
+                    raise NotImplementedError(str(error)) from None
+                raise
+        for name in written:
+            if values.get(name) is not None:
+                increment_version(values[name])
+        return result
+
+    return kernel
+
+
+def _eager_kernel(op: str, is_out: bool):
+    """A CPU kernel in Python, for the overloads whose arguments the stable ABI cannot
+    pass (a Scalar): polyops.<op> itself."""
+    function = getattr(_C, op)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        result = function(*args, **kwargs)
+        return None if is_out else result
+
+    return kernel
+
+
+def _register_stable() -> None:
+    """torch.ops.polyops through torch's stable ABI: schemas from here, kernels from
+    polyops._torch_stable, the Autograd kernels above (docs/torch.md)."""
+    global _library
+    from polyops import _torch_stable
+
+    library = torch.library.Library("polyops", "DEF")
+    for _, _, schema, _ in _C._torch_overloads:
+        library.define(schema)
+    _torch_stable._register_kernels()
+    for op, overload, _, _ in _C._torch_overloads:
+        packet = getattr(torch.ops.polyops, op)
+        schema = getattr(packet, overload or "default")._schema
+        qualified = f"{op}.{overload}" if overload else op
+        if any(str(a.type) == "number" or "Scalar" == str(a.type) for a in schema.arguments):
+            library.impl(qualified, _eager_kernel(op, overload.endswith("out")), "CPU")
+        library.impl(qualified, _autograd_kernel(f"polyops::{op}", packet, schema), "Autograd")
+    _library = library
+
+
+def refuse_autograd(qualname: str, key: str) -> None:
+    """Register polyops' Autograd refusal for `qualname` at `key` (e.g. "AutogradCPU"):
+    for the ops polyops serves under other names (polyops.integrations.vllm)."""
+    if not _stable:
+        from polyops import _torch_ops
+
+        _torch_ops._refuse_autograd(qualname, key)
+        return
+    namespace, name = qualname.split("::")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    library = torch.library.Library(namespace, "IMPL")
+    library.impl(name, _autograd_kernel(qualname, packet, packet.default._schema), key)
+    _impl_libraries.append(library)
+
+
+def register(stable: bool) -> None:
+    """Define torch.ops.polyops.* (schemas, kernels for every built device, fakes): through
+    polyops._torch_ops (torch's C++ API, the torch polyops was built with) or, with
+    `stable`, through polyops._torch_stable (any torch >= 2.10; docs/torch.md)."""
+    global _stable
+    if stable:
+        _register_stable()
+    else:
+        from polyops import _torch_ops
+
+        _torch_ops._register_torch_library()
+    _stable = stable
+    for op, overload, _, returns in _C._torch_overloads:
         schema = getattr(getattr(torch.ops.polyops, op), overload or "default")._schema
         rules = [SHAPE_RULES[op][name] for name in returns]
         qualname = f"polyops::{op}" + (f".{overload}" if overload else "")

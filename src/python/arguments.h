@@ -239,6 +239,17 @@ inline PyObject* ReturnAlias(PyObject* given, PyObject* input) {
 // Sets the Python error for the exception being handled.
 void SetPythonError();
 
+// One torch.ops.polyops overload (generated: every module that registers or
+// describes the schemas has the same table).
+struct TorchOverload {
+  const char* op;
+  const char* overload;  // "" is the default overload
+  const char* schema;
+  std::vector<std::string> returns;  // the outputs it allocates and returns
+};
+
+const std::vector<TorchOverload>& TorchOverloads();
+
 // polyops' errors -> ValueError / NotImplementedError / RuntimeError for the
 // calling module's pybind11 functions. Module-local: a global translator
 // would also see every exception of torch's own pybind11 functions (pybind11

@@ -201,6 +201,13 @@ PYBIND11_MODULE(_C, module) {
   // The fakes' validation (python/polyops/_torch_library.py).
   module.def("_check_meta", &CheckMeta, py::arg("op"), py::arg("overload"),
              py::arg("values"));
+  py::list overloads;
+  for (const TorchOverload& overload : TorchOverloads()) {
+    overloads.append(py::make_tuple(overload.op, overload.overload,
+                                    overload.schema,
+                                    py::tuple(py::cast(overload.returns))));
+  }
+  module.attr("_torch_overloads") = py::tuple(overloads);
   module.def("_clear_cache", [] {
     for (OpState* state : AllOpStates()) state->cache().Clear();
     cpu::autotune::Clear();

@@ -22,15 +22,6 @@
 
 namespace polyops::python {
 
-struct TorchOverload {
-  const char* op;
-  const char* overload;  // "" is the default overload
-  const char* schema;
-  std::vector<std::string> returns;  // the outputs it allocates and returns
-};
-
-const std::vector<TorchOverload>& TorchOverloads();
-
 // Defines every schema in the "polyops" namespace and registers the kernels
 // for each built device. Throws (leaving nothing registered) on failure, e.g.
 // when another library already owns the namespace. Idempotent.

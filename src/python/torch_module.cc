@@ -43,13 +43,6 @@ PYBIND11_MODULE(_torch_ops, module) {
   module.def("_register_torch_library", &RegisterTorchLibrary);
   module.def("_refuse_autograd", &RegisterAutogradRefusal, py::arg("qualname"),
              py::arg("key"));
-  py::list overloads;
-  for (const TorchOverload& overload : TorchOverloads()) {
-    overloads.append(py::make_tuple(overload.op, overload.overload,
-                                    overload.schema,
-                                    py::tuple(py::cast(overload.returns))));
-  }
-  module.attr("_torch_overloads") = py::tuple(overloads);
   // For tests: polyops._C's tensor reads back to this module's (after
   // polyops._C._use_portable_tensor_flags()).
   module.def("_use_torch_tensor_flags",

@@ -56,12 +56,12 @@ import torch
 
 import polyops
 
-if polyops._torch_library is None:  # another torch than the build's (docs/torch.md)
+if not polyops.torch_ops_registered():
     raise ImportError(
         f"polyops.integrations.vllm needs torch.ops.polyops: {polyops._torch_ops_error}"
     )
 
-from polyops import _C, _torch_library, _torch_ops  # noqa: E402
+from polyops import _C, _torch_library  # noqa: E402
 
 #: vLLM's schemas, verbatim from its csrc/torch_bindings.cpp (the ``_C`` and
 #: ``_C_cache_ops`` libraries of the CUDA build), keyed by qualified name.
@@ -349,7 +349,7 @@ def register(devices: Sequence[str] | None = None) -> RegistrationReport:
                 lib.define(schema_text)
                 _defined.add(qualname)
                 torch.library.register_fake(qualname, _fake(qualname), lib=lib)
-                _torch_ops._refuse_autograd(qualname, "Autograd")
+                _torch_library.refuse_autograd(qualname, "Autograd")
             elif _signature(existing) != _signature(wanted):
                 skipped[qualname] = {
                     "*": f"already defined with another schema ({existing}); polyops "
@@ -398,7 +398,7 @@ def _refuse_autograd(qualname: str, key: str) -> None:
     if not any(
         torch._C._dispatch_has_kernel_for_dispatch_key(qualname, k) for k in ("Autograd", autograd)
     ):
-        _torch_ops._refuse_autograd(qualname, autograd)
+        _torch_library.refuse_autograd(qualname, autograd)
 
 
 def _has_fake(qualname: str) -> bool:
