@@ -38,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
 import timeit
@@ -221,6 +222,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="calls per sample (default: calibrated to --sample-ms)",
     )
     parser.add_argument(
+        "--inference-mode",
+        action="store_true",
+        help="create the tensors and time the calls under torch.inference_mode(), as vLLM "
+        "runs its models (no autograd dispatch; default: grad mode on, as a plain script)",
+    )
+    parser.add_argument(
         "--implementation-index",
         type=int,
         default=None,
@@ -242,11 +249,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON; always returns 0."""
     args = parse_args(argv)
+    with torch.inference_mode() if args.inference_mode else contextlib.nullcontext():
+        return _run(args)
+
+
+def _torch_ops_form() -> str:
+    """Which module serves torch.ops.polyops (docs/torch.md, "Torch versions")."""
+    if not polyops.torch_ops_registered():
+        return "none"
+    return "stable" if polyops._torch_library._stable else "torch_ops"
+
+
+def _run(args: argparse.Namespace) -> int:
     target_s = args.sample_ms / 1e3
     print(
         f"polyops {polyops.__version__} | torch {torch.__version__} | "
         f"torch threads {torch.get_num_threads()} | load {load_average()} | "
         f"device {args.device} |\n"
+        f"torch.ops form {_torch_ops_form()} | inference mode {args.inference_mode} | "
         f"repeats {args.repeats} | "
         f"sample ~{args.sample_ms:g} ms"
     )
@@ -262,7 +282,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("rms_norm", bench_rms_norm_allocating, "polyops.rms_norm"),
     ]
     if not polyops.torch_ops_registered():
-        # Under another torch minor version than the build's (docs/torch.md).
         print("torch.ops.polyops is not registered: its rows are left out\n")
         benches = [b for b in benches if not b[2].startswith("torch.ops.")]
     for op, bench, candidate in benches:
@@ -351,8 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sample_ms": args.sample_ms,
                 "implementation_index": args.implementation_index,
                 "device": args.device,
+                "inference_mode": args.inference_mode,
                 "quick": args.quick,
             },
+            "torch": torch.__version__,
+            "torch_ops_form": _torch_ops_form(),
             "targets": [
                 {"candidate": candidate, "reference": reference, "max_ratio": ratio}
                 for (candidate, reference), ratio in TARGETS[args.device].items()

@@ -34,9 +34,21 @@ def _major_minor(version: str) -> tuple[str, ...]:
 # from polyops._torch_stable (torch's stable ABI, CPU kernels; docs/torch.md,
 # "Torch versions"). POLYOPS_TORCH_STABLE=1 picks the stable form anyway.
 _torch_ops_error: str | None = None
-_use_stable_abi = os.environ.get("POLYOPS_TORCH_STABLE", "") not in ("", "0") or _major_minor(
-    _C._torch_ops_version
-) != _major_minor(torch.__version__)
+
+
+def _stable_requested() -> bool:
+    """POLYOPS_TORCH_STABLE: 0 or 1 (empty = 0), as every variable (docs/api.md)."""
+    value = os.environ.get("POLYOPS_TORCH_STABLE", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(
+            f"polyops: environment variable POLYOPS_TORCH_STABLE must be 0 or 1, got {value!r}"
+        )
+    return value == "1"
+
+
+_use_stable_abi = _stable_requested() or _major_minor(_C._torch_ops_version) != _major_minor(
+    torch.__version__
+)
 
 # oneDNN (CPU matrix products, docs/cpu_gemm.md) is opened at its first use,
 # from the onednn-cpu-gomp wheel when installed, else the loader's path.

@@ -1,10 +1,12 @@
 """Registers every polyops op as ``torch.ops.polyops.<op>``, for code that torch.compile traces.
 
 The schemas and the kernels are generated from ``src/base/*.h`` (see
-``scripts/generate_wrappers.py``) and registered by ``_torch_ops._register_torch_library``,
-with an Autograd kernel that refuses tensors requiring grad (polyops has no
-derivative formulas). This module adds what torch.compile also needs: a fake
-implementation per overload. Each fake first validates the call as the real
+``scripts/generate_wrappers.py``), with an Autograd kernel that refuses tensors
+requiring grad (polyops has no derivative formulas). Two modules register them
+(docs/torch.md, "Torch versions"): ``polyops._torch_ops`` (torch's C++ API) under
+the torch polyops was built with, else ``polyops._torch_stable`` (torch's stable
+ABI) with the schemas defined and the Autograd kernel written here. This module
+also adds what torch.compile needs: a fake implementation per overload. Each fake first validates the call as the real
 kernel does, by running the op's C++ base class constructor on the arguments'
 metadata (:func:`check`), then gives the outputs' shapes and dtypes: overloads
 that only mutate return nothing; the ones that return tensors use the shape
@@ -340,14 +342,59 @@ def _autograd_kernel(qualname: str, packet: Any, schema: torch._C.FunctionSchema
     return kernel
 
 
-def _eager_kernel(op: str, is_out: bool):
-    """A CPU kernel in Python, for the overloads whose arguments the stable ABI cannot
-    pass (a Scalar): polyops.<op> itself."""
+def _eager_kernel(op: str, returns: bool):
+    """polyops.<op> itself as a kernel (the dispatcher passes the schema's arguments by
+    the same names). `returns`: whether the overload returns its outputs; `.out` and
+    in-place overloads return None."""
     function = getattr(_C, op)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         result = function(*args, **kwargs)
-        return None if is_out else result
+        return result if returns else None
+
+    return kernel
+
+
+def _eager_autograd_kernel(op: str, schema: torch._C.FunctionSchema, slow: Callable[..., Any]):
+    """The stable form's AutogradCPU kernel: plain tensors run polyops.<op> directly, which
+    refuses, bumps versions and raises exactly as the fast function does, without a second
+    trip through the dispatcher; FakeTensor, modes and functionalization (their keys are
+    below autograd) take `slow`, the redispatching kernel."""
+    function = getattr(_C, op)
+    returns = bool(schema.returns)
+    below = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
+        torch._C.DispatchKey.Functionalize
+    )
+    below_mask = below.raw_repr()  # one pybind11 call per dispatch, not one per key
+    # An .out overload does not declare an optional input written (rotary's key), so
+    # the output that would alias it (key_out) must be given with it, as the C++
+    # kernels check (CheckAliasGiven); polyops.<op> would update the input in place.
+    arguments = {a.name: a for a in schema.arguments}
+    aliases = [
+        (name.removesuffix("_out"), name)
+        for name, a in arguments.items()
+        if a.alias_info
+        and a.alias_info.is_write
+        and name.removesuffix("_out") in arguments
+        and arguments[name.removesuffix("_out")].alias_info is None
+        and str(arguments[name.removesuffix("_out")].type) == "Optional[Tensor]"
+    ]
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    qualified = f"{op}.{schema.overload_name}" if schema.overload_name else op
+
+    def kernel(keys: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+        if keys.raw_repr() & below_mask:
+            return slow(*args, **kwargs)
+        if aliases:
+            values = {**dict(zip(positional, args, strict=False)), **kwargs}
+            for source, output in aliases:
+                if values.get(source) is not None and values.get(output) is None:
+                    raise ValueError(
+                        f"torch.ops.polyops.{qualified}: {output} is required when {source} "
+                        f"is given (use torch.ops.polyops.{op} to update {source} in place)"
+                    )
+        result = function(*args, **kwargs)
+        return result if returns else None
 
     return kernel
 
@@ -366,9 +413,12 @@ def _register_stable() -> None:
         packet = getattr(torch.ops.polyops, op)
         schema = getattr(packet, overload or "default")._schema
         qualified = f"{op}.{overload}" if overload else op
-        if any(str(a.type) == "number" or "Scalar" == str(a.type) for a in schema.arguments):
-            library.impl(qualified, _eager_kernel(op, overload.endswith("out")), "CPU")
-        library.impl(qualified, _autograd_kernel(f"polyops::{op}", packet, schema), "Autograd")
+        if any(str(a.type) == "number" for a in schema.arguments):  # a Scalar: no stable kernel
+            library.impl(qualified, _eager_kernel(op, bool(schema.returns)), "CPU")
+        slow = _autograd_kernel(f"polyops::{op}", packet, schema)
+        library.impl(qualified, slow, "Autograd")
+        fast = _eager_autograd_kernel(op, schema, slow)
+        library.impl(qualified, fast, "AutogradCPU", with_keyset=True)
     _library = library
 
 
