@@ -830,22 +830,14 @@ def _torch_return_type(overload: TorchOverload) -> str:
     return "std::tuple<" + ", ".join(["at::Tensor"] * count) + ">"
 
 
-def emit_torch_kernel(overload: TorchOverload) -> str:
-    """The kernel registered for `overload`: torch tensors in, Run<Op>, allocated outputs out."""
+def _emit_kernel_views(overload: TorchOverload) -> tuple[list[str], list[str], str]:
+    """The part both torch.library kernels share (_torch_ops' and _torch_stable's): each
+    tensor argument `<name>_t` as a view `<name>`, each output given or a placeholder.
+    Returns (lines, the outputs to allocate, the tensor argument they are allocated like)."""
     spec = overload.spec
     cls, op = spec.class_name, f'"{spec.name}"'
     params = overload.params()
-    # Arguments that need converting arrive as <name>_t; the converted value is <name>.
-    converted = {"Tensor", "Tensor?", "Tensor[]", "Scalar", "ScalarType"}
-    signature = ", ".join(
-        f"{cpp_type} {p.name}{'_t' if schema_type in converted else ''}"
-        for p, schema_type, cpp_type in params
-    )
-    ret = _torch_return_type(overload)
-    lines = [
-        f"{ret} {overload.function}({signature}, std::optional<int64_t> implementation_index) {{",
-        f"  return TranslateErrors([&]() -> {ret} {{",
-    ]
+    lines: list[str] = []
     taken = {p.name for p, _, _ in params}
     for param, schema_type, _ in params:
         if param.is_output:
@@ -893,6 +885,28 @@ def emit_torch_kernel(overload: TorchOverload) -> str:
             )
         else:  # omitted: in place on its input, which the schema declares mutated
             lines.append(f"    const std::optional<Tensor> {name};")
+    return lines, allocated, like
+
+
+def emit_torch_kernel(overload: TorchOverload) -> str:
+    """The kernel registered for `overload`: torch tensors in, Run<Op>, allocated outputs out."""
+    spec = overload.spec
+    cls = spec.class_name
+    params = overload.params()
+    # Arguments that need converting arrive as <name>_t; the converted value is <name>.
+    converted = {"Tensor", "Tensor?", "Tensor[]", "Scalar", "ScalarType"}
+    signature = ", ".join(
+        f"{cpp_type} {p.name}{'_t' if schema_type in converted else ''}"
+        for p, schema_type, cpp_type in params
+    )
+    ret = _torch_return_type(overload)
+    lines = [
+        f"{ret} {overload.function}({signature}, std::optional<int64_t> implementation_index) {{",
+        f"  return TranslateErrors([&]() -> {ret} {{",
+    ]
+    taken = {p.name for p, _, _ in params}
+    body, allocated, like = _emit_kernel_views(overload)
+    lines += body
     written = {name: f"{name}_t" for name in sorted(taken & {p.name for p in spec.outputs})}
     written.update(
         {name: f"{name}_t" for name in sorted(set(spec.mutates) | overload.in_place_inputs())}
@@ -1171,51 +1185,8 @@ def emit_stable_kernel(overload: TorchOverload) -> str:
         "std::optional<int64_t> implementation_index) {",
         f"  return TranslateStableErrors([&]() -> {ret} {{",
     ]
-    taken = {p.name for p, _, _ in params}
-    for param, schema_type, _ in params:
-        if param.is_output:
-            continue
-        name, quoted = param.name, f'"{param.name}"'
-        if schema_type == "Tensor":
-            view = f"ToView({name}_t, {op}, {quoted})"
-            if param.cpp_type == "ScalarOrTensor":
-                lines.append(f"    const ScalarOrTensor {name}{{{view}, 0.0}};")
-            else:
-                lines.append(f"    const Tensor {name} = {view};")
-        elif schema_type == "Tensor?":
-            lines.append(
-                f"    const std::optional<Tensor> {name} = "
-                f"ToOptionalView({name}_t, {op}, {quoted});"
-            )
-        elif schema_type == "Tensor[]":
-            lines.append(
-                f"    const std::vector<Tensor> {name} = ToViews({name}_t, {op}, {quoted});"
-            )
-        elif schema_type == "ScalarType":
-            lines.append(f"    const DataType {name} = ToDataType({name}_t, {op}, {quoted});")
-    first = _first_tensor(spec)
-    like_view = first.name if first.cpp_type == "Tensor" else f"{first.name}.front()"
-    like = f"{first.name}_t" if first.cpp_type == "Tensor" else f"{first.name}_t.front()"
-    inputs = ", ".join(p.name for p in spec.inputs)
-    optional = {p.name for p, schema_type, _ in params if schema_type == "Tensor?"}
-    allocated = []
-    for param in spec.outputs:
-        name, quoted = param.name, f'"{param.name}"'
-        if param.name in taken:
-            view = "ToOptionalView" if name in optional else "ToView"
-            lines.append(
-                f"    const std::optional<Tensor> {name} = {view}({name}_t, {op}, {quoted});"
-            )
-            if name in optional:  # an optional input's in-place output, e.g. key_out
-                lines.append(_alias_given(spec, param, f'"{overload.qualified}"'))
-        elif _camel(name) in spec.defaults:
-            allocated.append(name)
-            lines.append(
-                f"    std::optional<Tensor> {name} = "
-                f"Placeholder({cls}::Default{_camel(name)}({inputs}), {like_view});"
-            )
-        else:  # omitted: in place on its input, which the schema declares mutated
-            lines.append(f"    const std::optional<Tensor> {name};")
+    body, allocated, like = _emit_kernel_views(overload)
+    lines += body
     args = ", ".join(p.name for p in spec.params)
     lines.append(f"    const auto instance = Ops().Get{cls}(implementation_index, {args});")
     lines += [f"    StableTensor {name}_t = Allocate({name}, {like});" for name in allocated]
@@ -1236,7 +1207,7 @@ def emit_stable_kernel(overload: TorchOverload) -> str:
     return "\n".join(lines)
 
 
-def emit_torch_stable(specs: list[OpSpec], devices: list[str]) -> str:
+def emit_torch_stable(specs: list[OpSpec]) -> str:
     overloads = stable_overloads(specs)
     lines = [
         "// Generated by scripts/generate_wrappers.py. Do not edit.",
@@ -1260,10 +1231,9 @@ def emit_torch_stable(specs: list[OpSpec], devices: list[str]) -> str:
         "  if (!libraries->empty()) return;",
         "  std::vector<std::unique_ptr<StableLibrary>> made;",
     ]
-    keys = [(DISPATCH_KEYS[d], "") for d in devices] + [
-        ("Negative", "MathBits"),
-        ("Conjugate", "MathBits"),
-    ]
+    # CPU only: an accelerator's device guard, stream and scratch memory come from
+    # polyops._torch_ops today (docs/torch.md, "Torch versions").
+    keys = [("CPU", ""), ("Negative", "MathBits"), ("Conjugate", "MathBits")]
     for key, suffix in keys:
         lines.append(
             "  made.push_back(std::make_unique<StableLibrary>(StableLibrary::Kind::IMPL, "
@@ -1334,7 +1304,7 @@ def main(argv: list[str] | None = None) -> int:
     write_if_changed(out / "bindings.cc", emit_bindings(specs, devices))
     write_if_changed(out / "torch_library.cc", emit_torch_library(specs, devices))
     write_if_changed(out / "meta_check.cc", emit_meta_checks(specs))
-    write_if_changed(out / "torch_stable.cc", emit_torch_stable(specs, devices))
+    write_if_changed(out / "torch_stable.cc", emit_torch_stable(specs))
     return 0
 
 

@@ -370,6 +370,21 @@ def test_errors_keep_their_python_types():
         ops.add(a, a, implementation_index="0")
 
 
+def test_error_types_under_inference_mode():
+    # Under inference mode no Autograd kernel runs: the stable form's kernel cannot raise
+    # NotImplementedError itself, so its message arrives as RuntimeError (docs/torch.md).
+    a = _randn(2, 3).to(torch.complex64)
+    expected = RuntimeError if polyops._torch_library._stable else NotImplementedError
+    with torch.inference_mode():
+        with pytest.raises(expected, match=r"polyops\.add is not supported for input=torch\.co"):
+            ops.add(a, a)
+        with pytest.raises(ValueError, match=r"polyops\.add: input of shape \[2, 3\] and other"):
+            ops.add(_randn(2, 3), _randn(3, 3))
+    # Outside it the same call raises NotImplementedError in both forms.
+    with pytest.raises(NotImplementedError, match=r"input=torch\.complex64"):
+        ops.add(a, a)
+
+
 def test_out_overload_requires_the_output_of_an_in_place_input():
     case = _rotary_case()
     positions, query, key, d, cache, neox = case.args

@@ -6,9 +6,10 @@ requiring grad (polyops has no derivative formulas). Two modules register them
 (docs/torch.md, "Torch versions"): ``polyops._torch_ops`` (torch's C++ API) under
 the torch polyops was built with, else ``polyops._torch_stable`` (torch's stable
 ABI) with the schemas defined and the Autograd kernel written here. This module
-also adds what torch.compile needs: a fake implementation per overload. Each fake first validates the call as the real
-kernel does, by running the op's C++ base class constructor on the arguments'
-metadata (:func:`check`), then gives the outputs' shapes and dtypes: overloads
+also adds what torch.compile needs: a fake implementation per overload. Each
+fake first validates the call as the real kernel does, by running the op's C++
+base class constructor on the arguments' metadata (:func:`check`), then gives
+the outputs' shapes and dtypes: overloads
 that only mutate return nothing; the ones that return tensors use the shape
 rules below, one per ``Default<Out>`` of the C++ headers (tests check both
 against the real kernels with ``torch.library.opcheck``, including symbolic
@@ -222,15 +223,23 @@ def pin_storage_offset(tensor: torch.Tensor | None, op: str, name: str) -> None:
         return
     env = offset.node.shape_env
     for symbol in sorted(offset.node.expr.free_symbols, key=str):
-        if not env.has_guarding_hint(symbol):
+        hint = _guarding_hint(env, symbol)
+        if hint is None:
             raise NotImplementedError(
                 f"polyops.{op}: {name} is a view whose storage offset ({offset}) depends on a "
                 "data-dependent size; torch.compile's Inductor would write it at offset 0 "
                 "(it has no lowering for aten.sym_storage_offset): pass a tensor whose offset "
                 "does not depend on the data"
             )
-        hint = env.guarding_hint_or_throw(symbol)
         int(env.create_symintnode(symbol, hint=hint))  # guards symbol == hint
+
+
+def _guarding_hint(env: Any, symbol: Any) -> int | None:
+    """`symbol`'s value in the example inputs, None for a data-dependent size."""
+    if hasattr(env, "has_guarding_hint"):  # newer torch (2.13 has it, 2.10 does not)
+        return env.guarding_hint_or_throw(symbol) if env.has_guarding_hint(symbol) else None
+    value = env.var_to_val.get(symbol)  # unbacked (data-dependent) symbols have none
+    return None if value is None else int(value)
 
 
 def _make_fake(

@@ -12,7 +12,7 @@ namespace {
 
 const OpsTable* ops_table = nullptr;
 StableCodes codes;
-thread_local std::string error_kind;
+thread_local const char* error_kind = "";  // a string literal
 
 }  // namespace
 

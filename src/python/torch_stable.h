@@ -47,8 +47,11 @@ std::string DtypeName(int32_t code);
 std::string TakeErrorKind();
 void SetErrorKind(const char* kind);
 
+// Every kernel clears the kind first, so a kind no Python kernel took (under
+// inference mode none runs) never labels a later error.
 template <typename Fn>
 auto TranslateStableErrors(Fn&& fn) -> decltype(fn()) {
+  SetErrorKind("");
   try {
     return fn();
   } catch (const InvalidArgument& error) {
@@ -65,8 +68,7 @@ inline void Check(AOTITorchError status) {
   }
 }
 
-inline DataType StableDataType(int32_t code, const char* op,
-                               const char* name) {
+inline DataType StableDataType(int32_t code, const char* op, const char* name) {
   for (int i = 0; i < kNumDataTypes; ++i) {
     if (Codes().dtypes[i] == code) return static_cast<DataType>(i);
   }
@@ -189,9 +191,9 @@ inline StableTensor Allocate(std::optional<Tensor>& view,
       "negation; pass .resolve_neg() / .resolve_conj() of it"));
 }
 
-// Registers every kernel (generated torch_stable.cc) for the built devices
-// and the Negative / Conjugate keys. The schemas are defined from Python
-// first. Idempotent.
+// Registers every kernel (generated torch_stable.cc) for the CPU key and the
+// Negative / Conjugate keys. The schemas are defined from Python first.
+// Idempotent.
 void RegisterStableKernels();
 
 }  // namespace polyops::python
