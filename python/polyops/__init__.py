@@ -171,8 +171,9 @@ def _apply_environment(spec: str) -> None:
 def torch_ops_registered() -> bool:
     """Whether ``import polyops`` registered the ops as ``torch.ops.polyops.<op>``.
 
-    It does unless polyops runs under another torch minor version than it was
-    built with, or the registration failed (e.g. another library already defines
+    It does under every torch >= 2.10 (through polyops._torch_ops under the torch
+    minor version polyops was built with, through polyops._torch_stable under any
+    other) unless the registration failed (e.g. another library already defines
     the ``polyops`` namespace); a warning then says why. See docs/torch.md.
     """
     return _torch_ops_error is None

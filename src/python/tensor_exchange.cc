@@ -455,8 +455,9 @@ namespace {
   throw BackendError(detail::Concat(
       "polyops.", op, ": ", DeviceTypeName(device.type),
       " tensors need polyops._torch_ops (torch's device and stream API, "
-      "built for the torch polyops was compiled with), which is not loaded; "
-      "`import polyops._torch_ops` shows why"));
+      "built for the torch polyops was compiled with), which is not loaded: "
+      "another torch is installed, or POLYOPS_TORCH_STABLE=1 (docs/torch.md, "
+      "\"Torch versions\")"));
 }
 
 }  // namespace
