@@ -557,6 +557,15 @@ def emit_ops_table_header(specs: list[OpSpec]) -> str:
         "// The table of polyops._C (capsule polyops._C._ops_table).",
         "const OpsTable& Ops();",
         "",
+        "// Imports polyops._C and returns its table, for the module defining Ops().",
+        "inline const OpsTable* ImportOpsTable() {",
+        '  py::object table = py::module_::import("polyops._C").attr("_ops_table");',
+        "  const auto* ops = static_cast<const OpsTable*>(",
+        "      PyCapsule_GetPointer(table.ptr(), kOpsTableCapsule));",
+        "  if (!ops) throw py::error_already_set();",
+        "  return ops;",
+        "}",
+        "",
         "}  // namespace polyops::python",
         "",
     ]
@@ -745,6 +754,11 @@ class TorchOverload:
     @property
     def function(self) -> str:
         return f"Torch{self.spec.class_name}{_camel(self.name)}"
+
+    @property
+    def stable_function(self) -> str:
+        """Its kernel in polyops._torch_stable (python/torch_stable.h)."""
+        return f"Stable{self.spec.class_name}{_camel(self.name)}"
 
     def in_place_inputs(self) -> set[str]:
         """Inputs an omitted output aliases: written in place by the default overload."""
@@ -1181,7 +1195,7 @@ def emit_stable_kernel(overload: TorchOverload) -> str:
     )
     ret = _stable_return_type(overload)
     lines = [
-        f"{ret} Stable{overload.function[len('Torch') :]}({signature}, "
+        f"{ret} {overload.stable_function}({signature}, "
         "std::optional<int64_t> implementation_index) {",
         f"  return TranslateStableErrors([&]() -> {ret} {{",
     ]
@@ -1199,8 +1213,7 @@ def emit_stable_kernel(overload: TorchOverload) -> str:
     lines += ["  });", "}", ""]
     # The Negative / Conjugate kernel: the same signature, refusing.
     lines += [
-        f"{ret} Stable{overload.function[len('Torch') :]}MathBits({signature}, "
-        "std::optional<int64_t>) {",
+        f"{ret} {overload.stable_function}MathBits({signature}, std::optional<int64_t>) {{",
         f"  RefuseMathBits({op});",
         "}",
     ]
@@ -1240,8 +1253,7 @@ def emit_torch_stable(specs: list[OpSpec]) -> str:
             f'"polyops", "{key}", __FILE__, __LINE__));'
         )
         lines += [
-            f'  made.back()->impl("{o.qualified}", '
-            f"TORCH_BOX(&Stable{o.function[len('Torch') :]}{suffix}));"
+            f'  made.back()->impl("{o.qualified}", TORCH_BOX(&{o.stable_function}{suffix}));'
             for o in overloads
         ]
     lines += [

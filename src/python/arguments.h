@@ -49,6 +49,19 @@ inline void CheckAliasGiven(bool input_given, bool output_given,
                 " in place)");
 }
 
+// The bytes of storage a view of a non-empty tensor reaches from the
+// storage's start (offset and strides in elements). The torch.library
+// kernels refuse a view whose storage is shorter, or has no data: a null or
+// resized-away storage would send the kernel to memory the tensor does not
+// own.
+inline int64_t StorageBytesNeeded(int64_t offset, int64_t ndim,
+                                  const int64_t* sizes, const int64_t* strides,
+                                  int64_t itemsize) {
+  int64_t last = offset;
+  for (int64_t d = 0; d < ndim; ++d) last += (sizes[d] - 1) * strides[d];
+  return (last + 1) * itemsize;
+}
+
 inline Device PrimaryDevice(const Tensor& tensor, const char*) {
   return tensor.device();
 }

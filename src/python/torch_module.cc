@@ -28,10 +28,7 @@ const OpsTable& Ops() { return *ops_table; }
 PYBIND11_MODULE(_torch_ops, module) {
   RegisterErrorTranslator();
 
-  py::object table = py::module_::import("polyops._C").attr("_ops_table");
-  ops_table = static_cast<const OpsTable*>(
-      PyCapsule_GetPointer(table.ptr(), kOpsTableCapsule));
-  if (!ops_table) throw py::error_already_set();
+  ops_table = ImportOpsTable();
   InstallTorchDeviceHooks(*ops_table->device_hooks);
   InstallTorchTensorFlags(*ops_table->tensor_flags);
 #ifdef POLYOPS_WITH_CUDA

@@ -68,10 +68,7 @@ void SetErrorKind(const char* kind) { error_kind = kind; }
 
 PYBIND11_MODULE(_torch_stable, module) {
   RegisterErrorTranslator();
-  py::object table = py::module_::import("polyops._C").attr("_ops_table");
-  ops_table = static_cast<const OpsTable*>(
-      PyCapsule_GetPointer(table.ptr(), kOpsTableCapsule));
-  if (!ops_table) throw py::error_already_set();
+  ops_table = ImportOpsTable();
   InitStableCodes();
   // python/polyops/_torch_library.py defines the schemas, then calls this.
   module.def("_register_kernels", &RegisterStableKernels);

@@ -125,10 +125,8 @@ inline Tensor ToView(const StableTensor& tensor, const char* op,
     int64_t storage_bytes = 0;
     Check(aoti_torch_get_storage_offset(handle, &offset));
     Check(aoti_torch_get_storage_size(handle, &storage_bytes));
-    int64_t last = offset;
-    for (int64_t d = 0; d < ndim; ++d) last += (sizes[d] - 1) * strides[d];
     const int64_t needed =
-        (last + 1) * static_cast<int64_t>(DataTypeSize(dtype));
+        StorageBytesNeeded(offset, ndim, sizes, strides, DataTypeSize(dtype));
     if (!data || storage_bytes < needed) {
       SetErrorKind("UnsupportedTensor");
       throw std::runtime_error(detail::Concat(

@@ -149,14 +149,10 @@ inline Tensor ToView(const at::Tensor& tensor, const char* op,
   const DataType dtype = ToDataType(tensor.scalar_type(), op, name);
   void* data = tensor.data_ptr();
   if (impl->numel() > 0) {
-    // The view must lie inside its storage: a null or resized-away storage
-    // would otherwise send the kernel to memory the tensor does not own.
-    int64_t last = impl->storage_offset();
-    for (int64_t d = 0; d < ndim; ++d) {
-      last += (impl->sizes()[d] - 1) * impl->strides()[d];
-    }
-    const size_t needed = static_cast<size_t>(last + 1) * impl->itemsize();
-    if (!data || impl->storage().nbytes() < needed) {
+    const int64_t needed = StorageBytesNeeded(
+        impl->storage_offset(), ndim, impl->sizes().data(),
+        impl->strides().data(), static_cast<int64_t>(impl->itemsize()));
+    if (!data || static_cast<int64_t>(impl->storage().nbytes()) < needed) {
       ThrowUnsupportedTensor(tensor, op, name);
     }
   }
