@@ -253,7 +253,7 @@ def _make_fake(
     written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
 
     def fake(*args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...] | None:
-        values = {**defaults, **dict(zip(positional, args, strict=False)), **kwargs}
+        values = {**defaults, **_bind(positional, args, kwargs)}
         for name in written:
             pin_storage_offset(values[name], op, name)
         check(op, overload, values)
@@ -277,16 +277,27 @@ def _label(qualname: str) -> str:
     return name if namespace == "polyops" else f"{namespace}.{name}"
 
 
+def _bind(positional: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A kernel's arguments by name, as the dispatcher passed them."""
+    return {**dict(zip(positional, args, strict=False)), **kwargs}
+
+
+def _named_tensors(values: Values, names: list[str]):
+    """(name, tensor) for every tensor among `values[name]`, lists included."""
+    for name in names:
+        value = values.get(name)
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(tensor, torch.Tensor):
+                yield name, tensor
+
+
 def refuse_grad(label: str, values: Values, tensors: list[str], written: list[str]) -> None:
     """What polyops.<op> refuses before it runs, in the same order and with the same
     messages (src/python/tensor_exchange.cc): a written inference tensor outside
     inference mode or a written leaf that requires grad (RuntimeError, as torch), then,
     with grad mode on, any tensor that requires grad (NotImplementedError)."""
     grad = torch.is_grad_enabled()
-    for name in written:
-        tensor = values.get(name)
-        if tensor is None:
-            continue
+    for name, tensor in _named_tensors(values, written):
         if tensor.is_inference() and not torch.is_inference_mode_enabled():
             raise RuntimeError(
                 f"polyops.{label}: {name} is an inference tensor; in-place update to an "
@@ -300,15 +311,13 @@ def refuse_grad(label: str, values: Values, tensors: list[str], written: list[st
             )
     if not grad:
         return
-    for name in tensors:
-        value = values.get(name)
-        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                raise NotImplementedError(
-                    f"polyops.{label} does not support autograd: {name} requires grad and "
-                    "grad mode is on; call it under torch.no_grad() or "
-                    f"torch.inference_mode(), or pass {name}.detach()"
-                )
+    for name, tensor in _named_tensors(values, tensors):
+        if tensor.requires_grad:
+            raise NotImplementedError(
+                f"polyops.{label} does not support autograd: {name} requires grad and "
+                "grad mode is on; call it under torch.no_grad() or "
+                f"torch.inference_mode(), or pass {name}.detach()"
+            )
 
 
 def _autograd_kernel(qualname: str, packet: Any, schema: torch._C.FunctionSchema):
@@ -327,7 +336,7 @@ def _autograd_kernel(qualname: str, packet: Any, schema: torch._C.FunctionSchema
     increment_version = torch.autograd.graph.increment_version
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        values = {**dict(zip(positional, args, strict=False)), **kwargs}
+        values = _bind(positional, args, kwargs)
         refuse_grad(label, values, tensors, written)
         with below():
             try:
@@ -335,17 +344,13 @@ def _autograd_kernel(qualname: str, packet: Any, schema: torch._C.FunctionSchema
             except RuntimeError as error:
                 kind = _torch_stable._take_error_kind()
                 if kind == "UnsupportedTensor":  # which tensor, and why, as polyops.<op> says
-                    for name in tensors:
-                        value = values.get(name)
-                        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                            if isinstance(tensor, torch.Tensor):
-                                explain(tensor, label, name, _torch_stable._max_dims, "")
+                    for name, tensor in _named_tensors(values, tensors):
+                        explain(tensor, label, name, _torch_stable._max_dims, "")
                 if kind:
                     raise NotImplementedError(str(error)) from None
                 raise
-        for name in written:
-            if values.get(name) is not None:
-                increment_version(values[name])
+        for _, tensor in _named_tensors(values, written):
+            increment_version(tensor)
         return result
 
     return kernel
@@ -395,7 +400,7 @@ def _eager_autograd_kernel(op: str, schema: torch._C.FunctionSchema, slow: Calla
         if keys.raw_repr() & below_mask:
             return slow(*args, **kwargs)
         if aliases:
-            values = {**dict(zip(positional, args, strict=False)), **kwargs}
+            values = _bind(positional, args, kwargs)
             for source, output in aliases:
                 if values.get(source) is not None and values.get(output) is None:
                     raise ValueError(
