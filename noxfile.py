@@ -17,7 +17,7 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"
 # OpenBLAS (matmul, gemm, linear): linked at build time, loaded at run time.
 OPENBLAS = "scipy-openblas32>=0.3.27"
-# oneDNN (matmul, gemm, linear; docs/cpu_gemm.md): headers at build time,
+# oneDNN (matmul, gemm, linear; docs/backends/cpu_gemm.md): headers at build time,
 # the library opened at run time. pyproject.toml lists both, but this
 # session installs with --no-deps and without build isolation.
 X86_LINUX = "; sys_platform == 'linux' and platform_machine == 'x86_64'"
@@ -50,7 +50,7 @@ FLASHINFER_CI = [
 CUDA_BUILD_TESTS = ["tests/test_cuda.py", "tests/test_cuda_ops.py"]
 # Upper bound of one install step (compile included), in seconds: the CPU
 # build takes about 5 min on 2 cores, the CUDA-enabled one about 15 min on 2
-# loaded cores (docs/ci.md).
+# loaded cores (docs/contributing/ci.md).
 BUILD_TIMEOUT_S = 1500
 
 

@@ -14,7 +14,7 @@ Examples::
     python .ci/run.py --platform cpu --local             # same stages, no Docker
 
 Exit status: 0 when every selected stage passed, 1 when a stage failed (or could not be judged),
-2 for a usage or configuration error. See docs/ci.md for the meaning of each verdict.
+2 for a usage or configuration error. See docs/contributing/ci.md for the meaning of each verdict.
 
 Only the Python standard library and PyYAML are used.
 """
@@ -1378,7 +1378,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py",
         description="Run polyops' CI stages for one platform in Docker (or locally) and "
-        "judge them by exit state and JUnit XML. See docs/ci.md.",
+        "judge them by exit state and JUnit XML. See docs/contributing/ci.md.",
     )
     parser.add_argument("--platform", required=True, help="platform from the config, e.g. nvidia")
     parser.add_argument(

@@ -9,7 +9,7 @@ Measures in one process, interleaved, on the same data:
   allocates its output). B sequences of T tokens each, H = 32 query heads and
   ``--prefill-kv-heads`` kv heads (default 32; fewer: SDPA gets ``enable_gqa=True``),
   D = 128; default cases (B, T) = (1, 1024) (the CPU target's case,
-  docs/cpu_attention.md), (1, 2048) and (4, 512), float32 and bfloat16.
+  docs/backends/cpu_attention.md), (1, 2048) and (4, 512), float32 and bfloat16.
   GFLOP/s counts the visible (causal) query-key pairs: 4 * D * H * B * T * (T + 1) / 2.
 * **decode**: ``polyops.paged_attention(q, key_cache, value_cache, seq_lens, block_table,
   out=o)``, q [B, Hq, D], caches [num_blocks, 16, Hkv, D] against torch's route
@@ -47,7 +47,7 @@ Usage::
     python benchmarks/attention.py               # full run, JSON to benchmarks/results/
     python benchmarks/attention.py --quick       # smoke test (short sequences, few repeats)
     python benchmarks/attention.py --prefill 2x1024,1x512 --dtypes f32 --repeats 7
-    # the CUDA slots side by side (docs/cuda_attention.md), its shapes:
+    # the CUDA slots side by side (docs/backends/cuda_attention.md), its shapes:
     python benchmarks/attention.py --device cuda --implementation-index 0,1 \
         --prefill 4x2048 --prefill-kv-heads 8 --decode 64x2048 --dtypes bf16
 
@@ -418,7 +418,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         default=HEADS,
         metavar="N",
-        help=f"kv heads of the prefill cases (default {HEADS}; docs/cuda_attention.md uses 8)",
+        help=f"kv heads of the prefill cases (default {HEADS}; "
+        "docs/backends/cuda_attention.md uses 8)",
     )
     add_run_arguments(
         parser,

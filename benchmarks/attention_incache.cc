@@ -1,5 +1,5 @@
 // In-cache roofline of the CPU attention tile kernel
-// (src/cpu/attention_tiles.h), one thread, per ISA variant (AVX-512, AVX2,
+// (src/cpu/kernels/attention/attention_tiles.h), one thread, per ISA variant (AVX-512, AVX2,
 // baseline SSE2): the rate of its score and value products, of one unmasked row
 // group (products + online softmax) and of the whole tile kernel on a T = 1024,
 // 4-head, head size 128 prefill, each against the FMA and multiply + add peaks
@@ -11,7 +11,7 @@
 //
 // Build and run (from the repository root; the flags are the library's):
 //   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \
-//     -Wno-psabi -Isrc benchmarks/attention_incache.cc src/cpu/convert.cc \
+//     -Wno-psabi -Isrc benchmarks/attention_incache.cc src/cpu/runtime/convert.cc \
 //     -o build/attention_incache && build/attention_incache [avx512] [avx2]
 //     [baseline]
 #include <immintrin.h>
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/attention.h"
+#include "cpu/kernels/attention/attention.h"
 
 namespace {
 

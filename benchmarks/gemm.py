@@ -12,7 +12,7 @@ the same tensors:
   its figure includes allocating the result), x [m, k], w [n, k], bias [n]
   (w is the column-major b of the kernels' "dot" form).
 
-Cases, float32 and bfloat16 each (the targets of docs/cpu_gemm.md):
+Cases, float32 and bfloat16 each (the targets of docs/backends/cpu_gemm.md):
 
 * decode: matmul and linear with m = 1, 8, 32 tokens, n = k = 4096;
 * square: matmul, gemm and linear at 1024^3;
@@ -25,7 +25,7 @@ Every candidate is checked against torch before anything is timed, and the
 the header prints its version and effective ISA), ``bf16-dot`` /
 ``bf16-pair`` / ``bf16-packed`` (own AVX512-BF16 kernels), ``f32-dot`` /
 ``f32-axpy`` / ``f32-packed`` (own AVX-512F kernels) or ``openblas`` (sgemm;
-see docs/cpu_gemm.md).
+see docs/backends/cpu_gemm.md).
 
 ``--paths auto,onednn`` times polyops once per value of ``POLYOPS_CPU_GEMM``
 (``auto``, ``onednn``, ``own``, ``openblas``, and ``autotune``: auto with the
@@ -85,8 +85,8 @@ ALPHA = 0.5
 BETA = 2.0
 OPS = ("matmul", "gemm", "linear")
 DTYPES: dict[str, torch.dtype] = {"f32": torch.float32, "bf16": torch.bfloat16}
-#: The values of POLYOPS_CPU_GEMM (src/cpu/blas_gemm.cc), and "autotune": auto with
-#: polyops.autotune(True) (the measured choice, docs/cpu_gemm.md "Autotune").
+#: The values of POLYOPS_CPU_GEMM (src/cpu/kernels/gemm/blas_gemm.cc), and "autotune": auto with
+#: polyops.autotune(True) (the measured choice, docs/backends/cpu_gemm.md "Autotune").
 PATHS = ("auto", "onednn", "own", "openblas", "autotune")
 REFERENCES = {
     "matmul": "torch.matmul(out=)",

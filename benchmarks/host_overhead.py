@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _torch_ops_form() -> str:
-    """Which module serves torch.ops.polyops (docs/torch.md, "Torch versions")."""
+    """Which module serves torch.ops.polyops (docs/user/torch.md, "Torch versions")."""
     if not polyops.torch_ops_registered():
         return "none"
     return "stable" if polyops._torch_library._stable else "torch_ops"

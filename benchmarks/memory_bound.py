@@ -51,7 +51,7 @@ GB/s = bytes / median seconds per call / 1e9. "x copy" = (op GB/s) / (copy
 GB/s), computed per repeat from adjacent samples, then the median.
 
 Targets: each polyops op >= 0.7 x copy bandwidth, per dtype, except the CPU
-roofline targets (:data:`TARGETS`, docs/cpu_rms_norm.md): rms_norm and
+roofline targets (:data:`TARGETS`, docs/backends/cpu_rms_norm.md): rms_norm and
 add_rms_norm >= 0.9 (float32) and >= 0.8 (float16, bfloat16); causal_softmax
 >= 0.8 (float32, bfloat16); mul >= 0.8 (bfloat16). Printed as PASS/MISS, with
 "x torch" (polyops' speed over the torch equivalent); the exit status stays 0.

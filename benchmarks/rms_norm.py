@@ -14,7 +14,7 @@ every candidate (the weight, one row, is ignored). GB/s = bytes / median
 seconds per call / 1e9; "x copy" is the median of per-repeat ratios of that
 candidate's time to copy's, inverted (so 1.0 = as fast as copy).
 
-Target (:data:`TARGETS`, docs/cpu_rms_norm.md): the best polyops slot reaches >= 0.9 x
+Target (:data:`TARGETS`, docs/backends/cpu_rms_norm.md): the best polyops slot reaches >= 0.9 x
 copy bandwidth for float32, >= 0.8 x for float16 and bfloat16; printed as
 PASS/MISS (exit status stays 0). ``benchmarks/memory_bound.py --ops
 rms_norm,add_rms_norm,causal_softmax,mul --dtypes f32,f16,bf16`` reports all

@@ -1,21 +1,21 @@
 // Cost per element (thread CPU time) of the CPU row kernels against memcpy,
 // one thread: the roofline side of benchmarks/memory_bound.py
-// (docs/cpu_rms_norm.md). By default 64 rows of 4096 (1 MiB of float32 in and
-// out) stay in L2, so the figures are what the core spends per element, not
-// what memory allows; `row_kernels_incache 4096` takes 4096 rows (out of cache,
-// outputs streamed as the library streams them) for the single-thread memory
-// side. On a CPU with AVX2 but no AVX-512 it runs the AVX2 loops instead (one
-// table, with bfloat16 / float16 mul). A second table runs causal_softmax's
-// AVX-512 row over a [256, 1024] causal
-// triangle (in cache), or B copies of it with a second argument
+// (docs/perf/cpu_rms_norm.md). By default 64 rows of 4096 (1 MiB of float32
+// in and out) stay in L2, so the figures are what the core spends per element,
+// not what memory allows; `row_kernels_incache 4096` takes 4096 rows (out of
+// cache, outputs streamed as the library streams them) for the single-thread
+// memory side. On a CPU with AVX2 but no AVX-512 it runs the AVX2 loops instead
+// (one table, with bfloat16 / float16 mul). A second table runs
+// causal_softmax's AVX-512 row over a [256, 1024] causal triangle (in cache),
+// or B copies of it with a second argument
 // (`row_kernels_incache 64 128`: 32M elements, out of cache), and its exp
-// pass alone; docs/cpu_softmax.md quotes it.
+// pass alone; docs/perf/cpu_softmax.md quotes it.
 // Thread CPU time, not the wall clock: on a shared, oversubscribed machine
 // the wall clock also counts the time other processes hold the core.
 //
 // Build and run (from the repository root; the flags are the library's):
 //   g++ -std=c++17 -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno \
-//     -Isrc benchmarks/row_kernels_incache.cc src/cpu/convert.cc \
+//     -Isrc benchmarks/row_kernels_incache.cc src/cpu/runtime/convert.cc \
 //     -o build/row_kernels_incache && build/row_kernels_incache
 #include <algorithm>
 #include <cstdint>
@@ -26,13 +26,13 @@
 #include <random>
 #include <vector>
 
-#include "cpu/avx2_rows.h"
-#include "cpu/avx512_rows.h"
-#include "cpu/binary_vector.h"
 #include "cpu/causal_softmax/omp.h"
+#include "cpu/kernels/elementwise/binary_vector.h"
+#include "cpu/kernels/elementwise/vector_exp.h"
+#include "cpu/kernels/rows/avx2_rows.h"
+#include "cpu/kernels/rows/avx512_rows.h"
+#include "cpu/kernels/rows/row_kernels.h"
 #include "cpu/rms_norm/omp.h"
-#include "cpu/row_kernels.h"
-#include "cpu/vector_exp.h"
 
 namespace {
 
@@ -282,9 +282,9 @@ void RunCausal(const char* name, int64_t batches) {
               softmax, copy / softmax, exp_pass, max_pass, scale_pass, other);
 }
 
-// The AVX2 loops (cpu/avx2_rows.h) on a CPU without AVX-512, against the
-// staged generic kernels, memcpy and bfloat16 / float16 mul; the same rows
-// as Run, softmax over full rows.
+// The AVX2 loops (cpu/kernels/rows/avx2_rows.h) on a CPU without AVX-512,
+// against the staged generic kernels, memcpy and bfloat16 / float16 mul; the
+// same rows as Run, softmax over full rows.
 template <typename T>
 void RunAvx2(const char* name, int64_t rows) {
   namespace cpu = polyops::cpu;

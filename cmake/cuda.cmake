@@ -1,11 +1,12 @@
-# The CUDA backend's build (docs/cuda.md, "Building").
+# The CUDA backend's build (docs/backends/cuda.md, "Building").
 #
 # In:  _with_cuda (AUTO / ON / OFF, normalized from WITH_CUDA), TORCH_CUDA_VERSION
 #      (torch.version.cuda, empty for a CPU torch), Python_EXECUTABLE.
 # Out: POLYOPS_BUILD_CUDA, the CUDA language enabled, and
 #      polyops_add_cuda_backend(<extension target>), which builds the static
 #      library polyops_cuda from the generated cuda_<op>.cu TUs plus
-#      src/cuda/*.cu / *.cc and links it into the extension.
+#      src/cuda/runtime/*.cu and src/cuda/kernels/*/*.cu and links it into
+#      the extension.
 #      polyops::cublas: an INTERFACE target with cuBLAS + cuBLASLt (headers,
 #      libraries, POLYOPS_WITH_CUBLAS), present when they were found.
 #      POLYOPS_BUILD_FLASHINFER (cmake/flashinfer.cmake): the FlashInfer
@@ -113,8 +114,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/flashinfer.cmake)
 # POLYOPS_RPATH (in the caller's scope) so the installed module finds
 # libcudart.so.13 / libcublas*.so.13.
 function(polyops_add_cuda_backend target)
-  file(GLOB _support CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu
-    ${CMAKE_SOURCE_DIR}/src/cuda/*.cc)
+  file(GLOB _support CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/runtime/*.cu
+    ${CMAKE_SOURCE_DIR}/src/cuda/kernels/*/*.cu)
   add_library(polyops_cuda STATIC ${POLYOPS_CUDA_SOURCES} ${_support})
   target_compile_features(polyops_cuda PUBLIC cuda_std_17 cxx_std_17)
   set_target_properties(polyops_cuda PROPERTIES CUDA_EXTENSIONS OFF CXX_EXTENSIONS OFF)

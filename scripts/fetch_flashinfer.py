@@ -1,4 +1,4 @@
-"""Put FlashInfer's C++ headers where the CUDA build finds them (docs/cuda.md).
+"""Put FlashInfer's C++ headers where the CUDA build finds them (docs/backends/cuda.md).
 
 The FlashInfer slots of flash_attention and paged_attention compile
 FlashInfer's FA2 templates. Those headers ship inside the pure-Python

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a GPU machine, in phases that each fit one
-# call of a lent machine (docs/cuda.md, "Validating on a GPU"):
+# call of a lent machine (docs/backends/cuda.md, "Validating on a GPU"):
 #   scripts/gpu_validate.sh build   install carried wheels, build polyops
 #                                   against the machine's torch (FlashInfer
 #                                   from third_party/flashinfer)
@@ -79,7 +79,7 @@ case "${1:-}" in
   cpu)
     # The development CPUs have no AMX; a GPU host often has (Sapphire
     # Rapids and later). The oneDNN path's tests, then the products at the
-    # shapes of docs/cpu_gemm.md against torch, on 2 threads as there.
+    # shapes of docs/backends/cpu_gemm.md against torch, on 2 threads as there.
     lscpu >"$OUT/lscpu.txt"
     grep -o -w -E 'avx512f|avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo |
       sort -u | tr '\n' ' ' | tee "$OUT/cpu_flags.txt"

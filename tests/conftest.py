@@ -178,7 +178,7 @@ def _openmp_threads(request):
 def portable_tensor_flags():
     """The fast functions reading the negative bit, autograd state and version counters
     through torch's Python-level functions, as they do under a torch other than the one
-    polyops was built with (docs/torch.md, "Torch versions"), instead of through
+    polyops was built with (docs/user/torch.md, "Torch versions"), instead of through
     polyops._torch_ops."""
     polyops._C._use_portable_tensor_flags()
     try:

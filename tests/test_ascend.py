@@ -85,7 +85,7 @@ ASCEND_OPS = sorted(op for op in OPS if polyops.implementations(op, "npu"))
 REFUSED_ON_NPU: dict[str, str] = {}
 
 # (op, case name fragment): n/a on npu for a documented reason other than a dtype
-# (docs/ascend.md): seeded sampling needs 64-bit integer arithmetic aclnn lacks.
+# (docs/backends/ascend.md): seeded sampling needs 64-bit integer arithmetic aclnn lacks.
 REFUSED_CASES_ON_NPU = {
     ("topk_topp_sampling", "seed"): "seed=",
 }
@@ -121,7 +121,7 @@ def test_npu_parity_against_float64_and_cpu(npu_records, op):
     compared = 0
     for r in records:
         where = f"{op} npu:{r['slot']} {r['dtype']} {r['case']}"
-        # Declared known deviations (polyops.testing.deviations, docs/ascend.md) are
+        # Declared known deviations (polyops.testing.deviations, docs/backends/ascend.md) are
         # xfail when they fail as declared; xpass (fixed) or a plain fail must show up.
         if known_deviation(op, "npu", r["dtype"], r["case"]) and r["status"] != "n/a":
             assert r["status"] == "xfail", f"{where}: {r['status']} {r['message']}"

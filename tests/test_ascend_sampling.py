@@ -1,6 +1,6 @@
 """topk_topp_sampling's Ascend slot on the CANN test double, beyond the parity table.
 
-The npu token is not bit-exact (docs/ascend.md): it is judged by
+The npu token is not bit-exact (docs/backends/ascend.md): it is judged by
 polyops.testing.references.sampling_token_plausible, except where the contract's
 draw is deterministic whatever the rounding (bad rows, ties, u at a bin's
 centre), where it must be exactly the contract's token. Checked here:

@@ -122,7 +122,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     # (transposed operands), whose baseline build calls libm's fma.
     out[f"add_alpha_{dtype}"] = polyops.add(ma, mb, alpha=-0.3)
     out[f"add_alpha_blocks_{dtype}"] = polyops.add(ma[:40].t(), mb[:40].t(), alpha=0.7)
-    # Contiguous, over 16 MiB: AVX-512 and AVX2 stream them (cpu/binary_vector.h).
+    # Contiguous, over 16 MiB: AVX-512 and AVX2 stream them
+    # (cpu/kernels/elementwise/binary_vector.h).
     out[f"mul_big_{dtype}"] = polyops.mul(big, res)
     out[f"add_big_{dtype}"] = polyops.add(big, res)
 torch.save(out, sys.argv[1])

@@ -1,8 +1,8 @@
 """The CPU attention kernel's AVX-512 instantiation, run on any x86-64.
 
-The tile kernel (src/cpu/attention_tiles.h) is written in GCC vector
+The tile kernel (src/cpu/kernels/attention/attention_tiles.h) is written in GCC vector
 extensions; its AVX-512 variant is ``AttendTiles<4, 4, Float16v>``
-(src/cpu/attention.h). Development and CI machines often lack AVX-512, so
+(src/cpu/kernels/attention/attention.h). Development and CI machines often lack AVX-512, so
 test_cpu_isa.py cannot run that variant there.
 tests/cpu_wide_vectors/attention_main.cc compiles the same template
 without the AVX-512 target (each Float16v lowered to xmm or ymm registers),
@@ -46,7 +46,7 @@ def test_attention_16_lane_variant_agrees_bit_for_bit(tmp_path: Path) -> None:
             "-Wno-unknown-pragmas",
             f"-I{ROOT / 'src'}",
             str(ROOT / "tests" / "cpu_wide_vectors" / "attention_main.cc"),
-            str(ROOT / "src" / "cpu" / "convert.cc"),
+            str(ROOT / "src" / "cpu" / "runtime" / "convert.cc"),
             "-o",
             str(exe),
         ],

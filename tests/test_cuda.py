@@ -1,4 +1,4 @@
-"""The CUDA backend beyond the parity table (docs/cuda.md).
+"""The CUDA backend beyond the parity table (docs/backends/cuda.md).
 
 Build-level tests run wherever polyops was built with the CUDA backend
 (``-DWITH_CUDA=ON`` compiles it on a machine without a GPU): the slots are
@@ -36,7 +36,7 @@ needs_gpu = pytest.mark.skipif(
     else "polyops was built without the CUDA backend",
 )
 
-# The CUDA slots of this backend's own ops (docs/cuda.md, slot table).
+# The CUDA slots of this backend's own ops (docs/backends/cuda.md, slot table).
 OWN_SLOTS = {
     "add": {0: "vector"},
     "mul": {0: "vector"},

@@ -2,7 +2,7 @@
 
 No GPU is needed: flash_attention's and paged_attention's slot 0 ``flash``
 (src/cuda/{flash_attention,paged_attention}/flash.cuh over
-src/cuda/attention.cuh) are copied with every launch rewritten into
+src/cuda/kernels/attention/attention.cuh) are copied with every launch rewritten into
 ``EmulatedLaunch`` and the dynamic shared memory into a per-launch buffer
 (tests/cuda_emulation_rows/emulated_cuda.h: one cooperative thread per CUDA
 thread, barriers for ``__syncthreads`` and for the warp shuffles of
@@ -38,7 +38,7 @@ from polyops.testing.ops import Call
 from polyops.testing.tensors import cu_seqlens, make_tensor, paginate
 
 HEADERS = [
-    "cuda/attention.cuh",
+    "cuda/kernels/attention/attention.cuh",
     "cuda/flash_attention/flash.cuh",
     "cuda/paged_attention/flash.cuh",
 ]

@@ -1,6 +1,6 @@
 """The row-major to column-major mapping of the CUDA product slots, checked on the CPU.
 
-src/cuda/blas_problem.h turns a GemmLayout (matmul / gemm / linear) into the
+src/cuda/kernels/gemm/blas_problem.h turns a GemmLayout (matmul / gemm / linear) into the
 operands, transposes, leading dims and batch strides of one column-major
 cuBLAS(Lt) call. tests/cuda_emulation/blas_problem_main.cc evaluates that call
 with the documented cublasGemmStridedBatchedEx formula for every orientation

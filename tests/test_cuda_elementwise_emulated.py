@@ -1,8 +1,8 @@
 """The CUDA add, mul, cast and cat slots' source, run on the CPU under a host emulation of CUDA.
 
 No GPU is needed: src/cuda/{add,mul}/vector.cuh (over
-src/cuda/binary_elementwise.cuh), src/cuda/cast/loop.cuh and
-src/cuda/cat/copy.cuh (over src/cuda/elementwise.cuh) are copied with every
+src/cuda/kernels/elementwise/binary_elementwise.cuh), src/cuda/cast/loop.cuh and
+src/cuda/cat/copy.cuh (over src/cuda/kernels/elementwise/elementwise.cuh) are copied with every
 launch rewritten into ``EmulatedLaunch`` (tests/cuda_emulation_rows/
 emulated_cuda.h; cudaMemcpyAsync / cudaMemcpy2DAsync as host copies), built
 with tests/cuda_emulation_rows/elementwise_main.cc, and every case of the
@@ -35,8 +35,8 @@ from polyops.testing.ops import Call
 from polyops.testing.tensors import make_tensor
 
 HEADERS = [
-    "cuda/elementwise.cuh",
-    "cuda/binary_elementwise.cuh",
+    "cuda/kernels/elementwise/elementwise.cuh",
+    "cuda/kernels/elementwise/binary_elementwise.cuh",
     "cuda/add/vector.cuh",
     "cuda/mul/vector.cuh",
     "cuda/cast/loop.cuh",

@@ -6,7 +6,7 @@ marker, CUDA graph capture after one warm-up call and torch's current stream.
 
 The slot listing runs in any WITH_CUDA build (also compile-only); the rest
 skips without a CUDA GPU. Written without a GPU: the GPU tests have never run
-(see docs/cuda_ops.md).
+(see docs/backends/cuda_ops.md).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def offset_matrix(rows: int, cols: int, dtype, gen, *, offset: int, column_major
 @pytest.mark.skipif(not BUILT, reason="polyops was built without the CUDA backend")
 def test_slots_are_listed_with_cublaslt_default():
     # Runs in a compile-only build too. The product slots exist only where
-    # the build found cuBLAS (POLYOPS_WITH_CUBLAS, docs/cuda.md): then both.
+    # the build found cuBLAS (POLYOPS_WITH_CUBLAS, docs/backends/cuda.md): then both.
     for op in BLAS_OPS:
         slots = polyops.implementations(op, "cuda")
         assert slots in ({}, {0: "cublaslt", 1: "cublas"}), (op, slots)
@@ -167,7 +167,7 @@ def test_sampling_per_row_tensors_and_strided_rows(k_dtype):
 @needs_gpu
 def test_sampling_out_of_range_uniform_marks_the_row():
     # On cuda the value check cannot raise without a host synchronization:
-    # the row gets -1 (documented in docs/cuda_ops.md), the others their token.
+    # the row gets -1 (documented in docs/backends/cuda_ops.md), the others their token.
     logits = torch.randn(3, 100, device="cuda")
     uniform = torch.tensor([0.5, 1.0, math.nan], device="cuda")
     got = polyops.topk_topp_sampling(logits, 0, 1.0, uniform=uniform).cpu()

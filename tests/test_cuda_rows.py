@@ -3,7 +3,7 @@
 tests/test_parity.py runs every case of the op table on CUDA already. This
 file covers what is specific to the CUDA kernels of rms_norm, add_rms_norm,
 swiglu, silu_and_mul, causal_softmax, the rotary ops and reshape_and_cache
-(src/cuda/<op>/, src/cuda/rows.cuh, src/cuda/rotary.cuh):
+(src/cuda/<op>/, src/cuda/kernels/rows/rows.cuh, src/cuda/kernels/rotary/rotary.cuh):
 
 * the 16-byte pack path and its scalar fallback for the *same* cached
   instance (the cache keys on shapes and strides, never on pointers, so the

@@ -3,7 +3,7 @@
 No GPU is needed: the slot headers of rms_norm, add_rms_norm, swiglu,
 silu_and_mul (both slots), causal_softmax, rotary_embedding,
 apply_rotary_pos_emb and reshape_and_cache (src/cuda/<op>/*.cuh with
-src/cuda/rows.cuh and src/cuda/rotary.cuh) are copied with every
+src/cuda/kernels/rows/rows.cuh and src/cuda/kernels/rotary/rotary.cuh) are copied with every
 ``kernel<<<grid, block, shared, stream>>>(args)`` rewritten into a call of
 ``EmulatedLaunch`` (tests/cuda_emulation_rows/emulated_cuda.h: one
 cooperative thread per CUDA thread, barriers for ``__syncthreads`` and the
@@ -19,7 +19,7 @@ paths and their scalar fallbacks run as they would on a GPU.
 What it checks: the kernels' indexing, masks, pack/fallback choice, index
 handling, barriers and in-place safety, and the slots' host code. What it
 cannot check: nvcc, the GPU's scheduling and CUDA's own float functions
-(``expf`` is the host's); the block reductions are cuda/common.cuh's own
+(``expf`` is the host's); the block reductions are cuda/runtime/common.cuh's own
 shuffle trees, run through the emulated warp exchanges.
 """
 
@@ -38,9 +38,9 @@ from polyops.testing.ops import Call, drop_none
 
 #: Slot headers (and their shared headers) the driver includes.
 HEADERS = [
-    "cuda/elementwise.cuh",
-    "cuda/rows.cuh",
-    "cuda/rotary.cuh",
+    "cuda/kernels/elementwise/elementwise.cuh",
+    "cuda/kernels/rows/rows.cuh",
+    "cuda/kernels/rotary/rotary.cuh",
     "cuda/rms_norm/vector.cuh",
     "cuda/add_rms_norm/vector.cuh",
     "cuda/swiglu/vector.cuh",

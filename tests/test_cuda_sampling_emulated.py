@@ -3,7 +3,7 @@
 No GPU is needed: tests/cuda_emulation/cuda_runtime.h stands in for the CUDA
 runtime (a block of 512 std::threads, barriers for __syncthreads and the warp
 collectives, plain float32 arithmetic for the _rn intrinsics), and
-tests/cuda_emulation/sampling_main.cc runs src/cuda/sampling.cuh's SampleRows
+tests/cuda_emulation/sampling_main.cc runs src/cuda/kernels/sampling/sampling.cuh's SampleRows
 on float32 logits. The tokens must equal the specification's reference
 (polyops.testing.references) bit for bit. This checks the kernel's logic
 (radix select, stable compaction and sort, chunked sequential sums, the

@@ -1,4 +1,6 @@
-"""The FlashInfer slots' host planner (src/cuda/flashinfer_plan.cu, ``MakePlan``) on the CPU.
+"""The FlashInfer slots' host planner (``MakePlan``) on the CPU.
+
+The planner: src/cuda/kernels/flashinfer/flashinfer_plan.cu.
 
 tests/flashinfer_plan/plan_main.cu plans 20000 random batches (ragged and paged kv,
 GQA groups, causal or not, left windows, empty sequences, head sizes 64/128/256) for a
@@ -27,8 +29,8 @@ def test_planner_invariants(tmp_path):
     binary = tmp_path / "plan_main"
     sources = [
         ROOT / "tests/flashinfer_plan/plan_main.cu",
-        ROOT / "src/cuda/flashinfer_plan.cu",
-        ROOT / "src/cuda/workspace.cu",  # Execute's Workspace, linked, not called
+        ROOT / "src/cuda/kernels/flashinfer/flashinfer_plan.cu",
+        ROOT / "src/cuda/runtime/workspace.cu",  # Execute's Workspace, linked, not called
     ]
     command = [NVCC, "-O1", "-std=c++17", "-DPOLYOPS_WITH_FLASHINFER", f"-I{ROOT / 'src'}"]
     build = subprocess.run(

@@ -519,7 +519,7 @@ def _binding_parameters(op: str) -> list[tuple]:
     ]
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/api.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/user/api.md"])
 def test_documented_signatures_are_the_bindings(document):
     # Every op's signature in the document's op table, `out=None` included, is the
     # binding's (less the implementation_index= and stream= every op takes).
@@ -531,7 +531,7 @@ def test_documented_signatures_are_the_bindings(document):
 
 def test_api_operator_table_is_one_table():
     # A blank line ends a markdown table: every op must be a row of the one table.
-    text = (ROOT / "docs" / "api.md").read_text()
+    text = (ROOT / "docs" / "user" / "api.md").read_text()
     lines = text[text.index("| op | semantics |") :].splitlines()
     rows = lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))]
     assert sorted(_documented_signatures("\n".join(rows))) == sorted(polyops.operators())

@@ -329,7 +329,7 @@ def test_linear_out_given(gen):
 
 
 # ---------------------------------------------------------------------------
-# The own AVX-512 kernels (src/cpu/gemm_kernels.cc, docs/cpu_gemm.md): shapes
+# The own AVX-512 kernels (src/cpu/kernels/gemm/gemm_kernels.cc, docs/backends/cpu_gemm.md): shapes
 # that exercise their tiles, k tails, k passes and row/column blocks, in every
 # layout; on a CPU without the ISA the same cases run OpenBLAS. Forced with
 # POLYOPS_CPU_GEMM=own (the kernel_path fixture).
@@ -451,7 +451,7 @@ def test_kernel_non_finite(m, trans_b, dtype, gen, kernel_path):
     reason="the AVX-512 kernels' paths: needs AVX-512 with AVX512-BF16 (POLYOPS_CPU_ISA applied)",
 )
 def test_kernel_paths_taken(gen, monkeypatch):
-    """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/cpu_gemm.md).
+    """Which path each kind of call takes on a CPU with AVX512-BF16 (docs/backends/cpu_gemm.md).
 
     POLYOPS_CPU_GEMM=own: auto runs the m > 32 rows on oneDNN where it is loaded.
     """
@@ -503,7 +503,7 @@ def test_kernel_deterministic_across_threads(dtype, m, gen, monkeypatch):
 
 
 # ---------------------------------------------------------------------------
-# POLYOPS_CPU_GEMM (docs/cpu_gemm.md; the forced onednn path: test_gemm_onednn.py)
+# POLYOPS_CPU_GEMM (docs/backends/cpu_gemm.md; the forced onednn path: test_gemm_onednn.py)
 
 
 @pytest.mark.parametrize("value", ["own", "openblas", "auto", ""])
@@ -513,7 +513,7 @@ def test_override_values(value, gen, monkeypatch):
     (bfloat16: AVX512-BF16), else on the own kernels (OpenBLAS without AVX-512), and decode
     rows on the own kernels."""
     info = polyops._C._onednn_info()
-    # The facts PreferOneDnn (src/cpu/blas_gemm.cc) reads: polyops' ISA (the CPU's,
+    # The facts PreferOneDnn (src/cpu/kernels/gemm/blas_gemm.cc) reads: polyops' ISA (the CPU's,
     # capped by POLYOPS_CPU_ISA) and oneDNN's (capped by DNNL_MAX_CPU_ISA).
     # float32 on oneDNN: polyops and oneDNN both at AVX-512, or both at AVX2.
     isa = polyops._C._cpu_isa()

@@ -1,4 +1,4 @@
-"""Autotune of the CPU matrix-product path (docs/cpu_gemm.md, "Autotune").
+"""Autotune of the CPU matrix-product path (docs/backends/cpu_gemm.md, "Autotune").
 
 With autotune on, the first product of a new geometry times every path that takes
 it (oneDNN, the own kernels, OpenBLAS) on scratch output and runs the fastest from

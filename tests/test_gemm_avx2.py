@@ -4,7 +4,7 @@ The ISA cap (POLYOPS_CPU_ISA) is read once per process, so the products run
 in a subprocess with ``POLYOPS_CPU_ISA=avx2``: there every float32 and
 bfloat16 product with at most 32 rows after orientation takes the
 ``*-dot-avx2`` (column-major b, e.g. ``x @ w.T``) or ``*-axpy-avx2``
-(row-major b) path of src/cpu/gemm_kernels_avx2.cc, and bfloat16 products
+(row-major b) path of src/cpu/kernels/gemm/gemm_kernels_avx2.cc, and bfloat16 products
 with more rows run there in blocks of at most 32 rows. The inputs are made
 here, the subprocess runs each case with 2 and with 1 thread and reports the
 path, and the results are checked here against the float64 references at

@@ -1,4 +1,4 @@
-"""The oneDNN path of the CPU matrix products (docs/cpu_gemm.md), forced on.
+"""The oneDNN path of the CPU matrix products (docs/backends/cpu_gemm.md), forced on.
 
 Every matmul / gemm / linear case of test_gemm.py runs again here with
 ``POLYOPS_CPU_GEMM=onednn``, against the same float64 references, and each

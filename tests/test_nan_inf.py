@@ -1,6 +1,6 @@
 """NaN and Inf inputs: every CPU slot against float64 references written from the math.
 
-The contract (docs/api.md, "NaN and Inf") is torch's behaviour in IEEE
+The contract (docs/user/api.md, "NaN and Inf") is torch's behaviour in IEEE
 arithmetic: a NaN reaches every output that depends on it, an infinity
 propagates through the formula (so 0 * inf and inf - inf are NaN), except
 that keys hidden by a mask never contribute, whatever they hold.

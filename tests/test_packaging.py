@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_requires_any_torch_from_2_10():
-    # One build for every torch >= 2.10 (docs/torch.md, "Torch versions"): no pin.
+    # One build for every torch >= 2.10 (docs/user/torch.md, "Torch versions"): no pin.
     requirements = importlib.metadata.requires("polyops")
     assert "torch>=2.10" in requirements, requirements
 
@@ -48,7 +48,7 @@ def _elf(tool: str, *args: str) -> str:
 
 
 def test_eager_module_links_no_torch_and_uses_no_torch_symbol():
-    # polyops._C reads tensors through DLPack (docs/torch.md, "Torch versions"): no torch
+    # polyops._C reads tensors through DLPack (docs/user/torch.md, "Torch versions"): no torch
     # library among its dependencies and no torch C++ symbol (c10::, at::, torch::, THP*)
     # among its undefined ones, so the same file loads under any torch.
     module = polyops._C.__file__
@@ -65,7 +65,7 @@ def test_eager_module_links_no_torch_and_uses_no_torch_symbol():
 
 
 def test_stable_module_uses_only_torch_stable_c_shim():
-    # polyops._torch_stable (docs/torch.md, "Torch versions") calls torch only through
+    # polyops._torch_stable (docs/user/torch.md, "Torch versions") calls torch only through
     # its stable C shim (aoti_torch_* / torch_* C functions, as torch 2.10 exports
     # them): no torch C++ symbol, so the same file loads under every torch >= 2.10.
     module = importlib.util.find_spec("polyops._torch_stable").origin
@@ -78,7 +78,7 @@ def test_stable_module_uses_only_torch_stable_c_shim():
 
 def test_stable_form_on_request_and_bad_value_fails_the_import():
     # POLYOPS_TORCH_STABLE=1 picks the stable torch.ops form under any torch; a value
-    # other than 0 or 1 fails the import (docs/api.md, "Environment variables").
+    # other than 0 or 1 fails the import (docs/user/api.md, "Environment variables").
     script = (
         "import torch, polyops\n"
         "assert polyops._torch_library._stable and polyops.torch_ops_registered()\n"

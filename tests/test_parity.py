@@ -201,7 +201,7 @@ def test_known_deviations_name_real_ops_devices_and_cases():
 
 
 def test_the_npu_attention_deviations_are_declared():
-    # The six npu rows docs/ascend.md describes: the special-value case of
+    # The six npu rows docs/backends/ascend.md describes: the special-value case of
     # flash_attention (one slot) and paged_attention (two), float16 and bfloat16.
     for op in ("flash_attention", "paged_attention"):
         case = OPS[op].all_cases(torch.float16)[-1].name

@@ -459,7 +459,7 @@ def test_cann_double_runs_npu_and_labels_the_known_deviations():
     assert "npu:0" in done.stdout and "npu:1" in done.stdout  # paged_attention's two slots
     xfails = [line for line in done.stdout.splitlines() if line.startswith("XFAIL")]
     # The special-value case of flash_attention (1 npu slot) and paged_attention (2),
-    # in float16 and bfloat16 (float32 is n/a on npu): docs/ascend.md.
+    # in float16 and bfloat16 (float32 is n/a on npu): docs/backends/ascend.md.
     assert len(xfails) == 6, xfails
     assert all("-nan-inf: known deviation: " in line and " npu " in line for line in xfails)
     assert ", 6 xfail (known deviations)" in done.stdout and "0 fail, 0 error" in done.stdout

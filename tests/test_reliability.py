@@ -1,4 +1,4 @@
-"""Hostile inputs: no interpreter deaths, no silent wrong answers (docs/api.md, "Rules").
+"""Hostile inputs: no interpreter deaths, no silent wrong answers (docs/user/api.md, "Rules").
 
 Every op, in both call forms (``polyops.<op>`` and ``torch.ops.polyops.<op>``):
 storage-less and wrapper tensors, autograd (version counters, tensors that
@@ -522,7 +522,7 @@ def test_set_default_implementation_rejects_malformed_devices(device):
 
 
 def test_torch_form_types_where_the_dispatcher_decides():
-    # docs/api.md lists these: torch parses the arguments before polyops sees them.
+    # docs/user/api.md lists these: torch parses the arguments before polyops sees them.
     ops = torch.ops.polyops
     x, w = torch.ones(2, 4), torch.ones(4)
     with pytest.raises(RuntimeError, match="failed to match any schema"):

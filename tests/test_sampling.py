@@ -228,7 +228,7 @@ def test_int32_out(draw, slot, api, gen):
     expected = reference(logits, k, 0.8, **source)
     out = torch.full((rows,), -7, dtype=I32)
     returned = api.topk_topp_sampling(logits, k, 0.8, **source, out=out, implementation_index=slot)
-    # The .out overload of torch.ops.polyops writes and returns nothing (docs/torch.md).
+    # The .out overload of torch.ops.polyops writes and returns nothing (docs/user/torch.md).
     assert returned is (out if api is polyops else None)
     assert out.dtype == I32 and torch.equal(out.long(), expected)
     default = api.topk_topp_sampling(logits, k, 0.8, **source, implementation_index=slot)

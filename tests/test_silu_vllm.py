@@ -149,7 +149,7 @@ def test_float32_silu_within_2_ulp_of_exact(gen):
 def test_float32_silu_against_torch(gen):
     """Against F.silu (x / (1 + exp(-x)) with Sleef's expf u10 in ATen's AVX-512 and
     AVX2 kernels): within 1 ulp everywhere (vLLM's tolerance), and in fact bit-identical on
-    these 32 million inputs, because cpu/vector_exp.h computes exp as the same
+    these 32 million inputs, because cpu/kernels/elementwise/vector_exp.h computes exp as the same
     sequence of rounded float32 operations (measured: no element differs). A
     correctly rounded exp would differ from F.silu in 0.42% of these inputs, 0.046%
     by 2 ulp or more: 1 ulp of exp(-g) either side is within Sleef's bound, and the

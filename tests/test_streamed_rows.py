@@ -1,6 +1,6 @@
 """Ops whose outputs reach 16 MiB take the non-temporal store path on CPUs with
-AVX-512 (rms_norm, add_rms_norm, causal_softmax: src/cpu/avx512_rows.h; add and
-mul: src/cpu/binary_vector.h),
+AVX-512 (rms_norm, add_rms_norm, causal_softmax: src/cpu/kernels/rows/avx512_rows.h; add and
+mul: src/cpu/kernels/elementwise/binary_vector.h),
 fenced once per thread instead of once per row, while the next row is fetched
 ahead. Rows are independent, so the rows of such a call must equal, bit for bit,
 the same rows computed in a call small enough to use ordinary stores, and match

@@ -12,7 +12,7 @@ the kernels refuse, written views updated where eager updates them.
 3. Written views with a symbolic storage offset under ``dynamic=True`` (Inductor has no
    lowering for ``aten.sym_storage_offset``): written where eager writes them.
 
-The reproducers are those of docs/torch.md, "torch.compile limitations".
+The reproducers are those of docs/user/torch.md, "torch.compile limitations".
 """
 
 from __future__ import annotations

@@ -372,7 +372,7 @@ def test_errors_keep_their_python_types():
 
 def test_error_types_under_inference_mode():
     # Under inference mode no Autograd kernel runs: the stable form's kernel cannot raise
-    # NotImplementedError itself, so its message arrives as RuntimeError (docs/torch.md).
+    # NotImplementedError itself, so its message arrives as RuntimeError (docs/user/torch.md).
     a = _randn(2, 3).to(torch.complex64)
     expected = RuntimeError if polyops._torch_library._stable else NotImplementedError
     with torch.inference_mode():

@@ -31,13 +31,13 @@ def _major_minor(version: str) -> tuple[str, ...]:
 # torch.ops.polyops comes from polyops._torch_ops (torch's C++ API, whose ABI
 # changes between minor versions; also torch's device and stream of npu and
 # cuda tensors) under the torch minor version polyops was built for, else
-# from polyops._torch_stable (torch's stable ABI, CPU kernels; docs/torch.md,
+# from polyops._torch_stable (torch's stable ABI, CPU kernels; docs/user/torch.md,
 # "Torch versions"). POLYOPS_TORCH_STABLE=1 picks the stable form anyway.
 _torch_ops_error: str | None = None
 
 
 def _stable_requested() -> bool:
-    """POLYOPS_TORCH_STABLE: 0 or 1 (empty = 0), as every variable (docs/api.md)."""
+    """POLYOPS_TORCH_STABLE: 0 or 1 (empty = 0), as every variable (docs/user/api.md)."""
     value = os.environ.get("POLYOPS_TORCH_STABLE", "")
     if value not in ("", "0", "1"):
         raise ValueError(
@@ -50,12 +50,12 @@ _use_stable_abi = _stable_requested() or _major_minor(_C._torch_ops_version) != 
     torch.__version__
 )
 
-# oneDNN (CPU matrix products, docs/cpu_gemm.md) is opened at its first use,
+# oneDNN (CPU matrix products, docs/backends/cpu_gemm.md) is opened at its first use,
 # from the onednn-cpu-gomp wheel when installed, else the loader's path.
 _C._onednn_set_library(_onednn.library_path() or "")
 
 # Reads POLYOPS_CPU_ISA now, so that a bad value fails the import with a
-# ValueError (docs/api.md, "Environment variables") instead of a kernel call.
+# ValueError (docs/user/api.md, "Environment variables") instead of a kernel call.
 _C._cpu_isa()
 
 # The operators, as generated from src/base/*.h.
@@ -106,7 +106,7 @@ def default_implementation(op: str, device: str = "cpu") -> int | None:
     """The slot a call with ``implementation_index=None`` starts at (override or default).
 
     If that slot's constructor refuses the arguments (NotImplementedError), the call
-    falls back to the device's next slot that accepts them (docs/api.md).
+    falls back to the device's next slot that accepts them (docs/user/api.md).
     """
     return _C._default_implementation(op, device)
 
@@ -174,7 +174,7 @@ def torch_ops_registered() -> bool:
     It does under every torch >= 2.10 (through polyops._torch_ops under the torch
     minor version polyops was built with, through polyops._torch_stable under any
     other) unless the registration failed (e.g. another library already defines
-    the ``polyops`` namespace); a warning then says why. See docs/torch.md.
+    the ``polyops`` namespace); a warning then says why. See docs/user/torch.md.
     """
     return _torch_ops_error is None
 

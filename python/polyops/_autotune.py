@@ -1,4 +1,4 @@
-"""Measured choice of the CPU matrix-product path (docs/cpu_gemm.md, "Autotune").
+"""Measured choice of the CPU matrix-product path (docs/backends/cpu_gemm.md, "Autotune").
 
 Off by default: a product's path (oneDNN, polyops' own kernels, OpenBLAS), and
 so its bits, then follow fixed rules written for the CPUs they were measured

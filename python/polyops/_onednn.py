@@ -1,7 +1,7 @@
 """Where the oneDNN library of the ``onednn-cpu-gomp`` wheel is installed.
 
 polyops opens ``libdnnl.so.3`` with dlopen at the first CPU matrix product
-that wants it (docs/cpu_gemm.md). The wheel puts the library in
+that wants it (docs/backends/cpu_gemm.md). The wheel puts the library in
 ``<prefix>/lib``, outside site-packages, so it is located through the
 distribution's file list (which is right for venvs, ``--user`` and other
 prefixes alike) rather than a path guessed from ``sys.prefix``.

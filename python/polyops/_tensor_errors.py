@@ -3,7 +3,7 @@
 The eager ops (``polyops.<op>``) read tensors through DLPack
 (``src/python/tensor_exchange.cc``); when a cheap check there fails, they call
 :func:`explain`, which finds the reason with torch's Python API and raises the
-error polyops documents for it (docs/api.md, "Errors"). Nothing here runs on a
+error polyops documents for it (docs/user/api.md, "Errors"). Nothing here runs on a
 call that succeeds.
 """
 

@@ -3,7 +3,7 @@
 The schemas and the kernels are generated from ``src/base/*.h`` (see
 ``scripts/generate_wrappers.py``), with an Autograd kernel that refuses tensors
 requiring grad (polyops has no derivative formulas). Two modules register them
-(docs/torch.md, "Torch versions"): ``polyops._torch_ops`` (torch's C++ API) under
+(docs/user/torch.md, "Torch versions"): ``polyops._torch_ops`` (torch's C++ API) under
 the torch polyops was built with, else ``polyops._torch_stable`` (torch's stable
 ABI) with the schemas defined and the Autograd kernel written here. This module
 also adds what torch.compile needs: a fake implementation per overload. Each
@@ -15,7 +15,7 @@ rules below, one per ``Default<Out>`` of the C++ headers (tests check both
 against the real kernels with ``torch.library.opcheck``, including symbolic
 shapes, and the rules against ``Default<Out>``).
 
-See docs/torch.md for when to use ``torch.ops.polyops.<op>`` rather than
+See docs/user/torch.md for when to use ``torch.ops.polyops.<op>`` rather than
 ``polyops.<op>``, and for the torch.compile limitations.
 """
 
@@ -214,7 +214,7 @@ def pin_storage_offset(tensor: torch.Tensor | None, op: str, name: str) -> None:
     their values (guards: one compile per distinct value), after which the
     offset is a constant Inductor handles. An offset that depends on a
     data-dependent size cannot be specialized and is refused. See
-    docs/torch.md, "torch.compile limitations".
+    docs/user/torch.md, "torch.compile limitations".
     """
     if tensor is None:
         return
@@ -415,7 +415,7 @@ def _eager_autograd_kernel(op: str, schema: torch._C.FunctionSchema, slow: Calla
 
 def _register_stable() -> None:
     """torch.ops.polyops through torch's stable ABI: schemas from here, kernels from
-    polyops._torch_stable, the Autograd kernels above (docs/torch.md)."""
+    polyops._torch_stable, the Autograd kernels above (docs/user/torch.md)."""
     global _library
     from polyops import _torch_stable
 
@@ -454,7 +454,7 @@ def refuse_autograd(qualname: str, key: str) -> None:
 def register(stable: bool) -> None:
     """Define torch.ops.polyops.* (schemas, kernels for every built device, fakes): through
     polyops._torch_ops (torch's C++ API, the torch polyops was built with) or, with
-    `stable`, through polyops._torch_stable (any torch >= 2.10; docs/torch.md)."""
+    `stable`, through polyops._torch_stable (any torch >= 2.10; docs/user/torch.md)."""
     global _stable
     if stable:
         _register_stable()

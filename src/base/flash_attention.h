@@ -97,8 +97,8 @@ inline void CheckCuSeqlens(const int64_t* cu_q, const int64_t* cu_kv,
 // at all (e.g. q_len > kv_len under the causal mask, or an empty window)
 // gets zeros. Malformed cu_seqlens or block ids raise ValueError when the
 // call reads them.
-// NaN and inf (docs/api.md) follow softmax(scores) v in IEEE arithmetic over
-// the visible keys: a NaN or +inf score makes its row NaN; a -inf score
+// NaN and inf (docs/user/api.md) follow softmax(scores) v in IEEE arithmetic
+// over the visible keys: a NaN or +inf score makes its row NaN; a -inf score
 // weighs 0, and a row whose visible scores are all -inf is 0 (as SDPA);
 // a NaN or inf value reaches the dims it is in, even at weight 0 (0 * inf
 // is NaN). Keys outside the causal mask and the window are not part of the

@@ -18,7 +18,7 @@ namespace polyops {
 // the BLAS-style in-place accumulate c = alpha * op(a) @ op(b) + beta * c.
 // Every dtype accumulates in float32 (alpha and beta rounded to float32)
 // and rounds the result once (CPU: own AVX-512 kernels or OpenBLAS sgemm,
-// see docs/cpu_gemm.md).
+// see docs/backends/cpu_gemm.md).
 //   a, b: 2-D or 3-D, float16, bfloat16 or float32, one dtype; each
 //         matrix row- or column-major (unit stride in one of its last two
 //         dims); the batch dim any stride.

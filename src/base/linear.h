@@ -13,7 +13,7 @@ namespace polyops {
 //
 // out = input @ weight.T + bias, as torch.nn.functional.linear; every
 // dtype accumulates in float32 and rounds the result once (CPU: own AVX-512
-// kernels or OpenBLAS sgemm, see docs/cpu_gemm.md).
+// kernels or OpenBLAS sgemm, see docs/backends/cpu_gemm.md).
 //   input:  [..., in_features], float16, bfloat16 or float32; the leading
 //           dims must merge into at most two (batch, rows) dims, e.g. any
 //           contiguous tensor or a slice x[:, :s] of one; each matrix row-

@@ -19,7 +19,8 @@ namespace polyops {
 // dims, broadcast between the operands as torch does ([2, 1, m, k] @
 // [3, k, n] -> [2, 3, m, n]; a 1-D or 2-D operand is shared by the other's
 // whole batch). Every dtype accumulates in float32 and rounds the result
-// once (CPU: own AVX-512 kernels or OpenBLAS sgemm, see docs/cpu_gemm.md).
+// once (CPU: own AVX-512 kernels or OpenBLAS sgemm, see
+// docs/backends/cpu_gemm.md).
 //   input, other: at least 1-D, float16, bfloat16 or float32, one dtype;
 //                 each matrix row- or column-major (unit stride in one of
 //                 its last two dims, e.g. x.t()), a vector any positive

@@ -26,7 +26,7 @@ namespace polyops {
 // cumulative-probability interval holds u up to float32 rounding (the test
 // rule is polyops.testing.references.sampling_token_plausible). Its values
 // of uniform and top_p are not checked (that would need a device-to-host
-// copy), and seed= is NotImplementedError there; see docs/ascend.md.
+// copy), and seed= is NotImplementedError there; see docs/backends/ascend.md.
 //   logits:  [B, V], float16, bfloat16 or float32, V >= 1; rows may have any
 //            stride, the last dim must have stride 1. A bad row never fails
 //            the batch (a serving engine needs a token in every row, the

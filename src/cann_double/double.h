@@ -1,8 +1,8 @@
 // Public extras of the CANN test double (src/cann_double/README.md).
 //
-// The double exports the real CANN C ABI (sources in docs/ascend.md, listed in
-// the README) plus the functions below, which exist only in the double. Tests
-// and the test "npu" torch device resolve them with dlsym from
+// The double exports the real CANN C ABI (sources in docs/backends/ascend.md,
+// listed in the README) plus the functions below, which exist only in the
+// double. Tests and the test "npu" torch device resolve them with dlsym from
 // libascendcl.so; code that must also run on real CANN must treat them as
 // optional (dlsym returns NULL there).
 #ifndef POLYOPS_CANN_DOUBLE_DOUBLE_H_

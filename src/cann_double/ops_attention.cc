@@ -1,7 +1,7 @@
 // libopapi.so of the CANN test double: attention, prefill
 // (FusedInferAttentionScoreV3) and decode (IncreFlashAttentionV4), over one
-// float64 reference (AttendToken; prototypes: docs/ascend.md, "CANN sources
-// and traps"). One file per op family, so an op is found by its family.
+// float64 reference (AttendToken; prototypes: docs/backends/ascend.md, "CANN
+// sources and traps"). One file per op family, so an op is found by its family.
 //
 // Block tables and the attention mask are device data, read only inside the
 // queued computation; a bad value there (a block id outside the cache, a mask

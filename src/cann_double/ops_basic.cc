@@ -1,6 +1,6 @@
 // libopapi.so of the CANN test double, part 1: elementwise, norms,
-// activations, softmax, copies and matrix products (prototypes: docs/ascend.md,
-// "CANN sources and traps").
+// activations, softmax, copies and matrix products (prototypes:
+// docs/backends/ascend.md, "CANN sources and traps").
 //
 // Each aclnnXxxGetWorkspaceSize validates like CANN (161001 null, 161002
 // dtype/shape/attr) and captures its host parameters in the executor's

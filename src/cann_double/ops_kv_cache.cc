@@ -1,6 +1,6 @@
 // libopapi.so of the CANN test double: writing the paged KV cache
-// (ScatterPaKvCache; prototype: docs/ascend.md, "CANN sources and traps").
-// One file per op family, so an op is found by its family.
+// (ScatterPaKvCache; prototype: docs/backends/ascend.md, "CANN sources and
+// traps"). One file per op family, so an op is found by its family.
 //
 // Slot mappings are device data, read only inside the queued computation; an
 // out-of-range value there is a run-time fault reported by the synchronizing

@@ -1,7 +1,7 @@
 // libopapi.so of the CANN test double: the rotary embeddings
-// (RopeWithSinCosCache, ApplyRotaryPosEmbV2; prototypes: docs/ascend.md,
-// "CANN sources and traps"). One file per op family, so an op is found by
-// its family.
+// (RopeWithSinCosCache, ApplyRotaryPosEmbV2; prototypes:
+// docs/backends/ascend.md, "CANN sources and traps"). One file per op family,
+// so an op is found by its family.
 //
 // Positions are device data, read only inside the queued computation; an
 // out-of-range value there is a run-time fault reported by the synchronizing

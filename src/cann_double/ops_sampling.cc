@@ -3,10 +3,10 @@
 // (NanToNum, Flip, Sort, Cumsum, Clamp, Rsubs, SearchSorted, Gather).
 //
 // Signatures are those of the ops-math / ops-nn headers and docs
-// (docs/ascend.md lists which ones were read and which are unverified).
-// Like the other ops, each GetWorkspaceSize validates (161001 NULL, 161002
-// dtype/shape/attribute) and captures its host parameters; data is read only
-// in the queued computation.
+// (docs/backends/ascend.md lists which ones were read and which are
+// unverified). Like the other ops, each GetWorkspaceSize validates (161001
+// NULL, 161002 dtype/shape/attribute) and captures its host parameters; data is
+// read only in the queued computation.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
 // Memory overlap between strided views, for the output checks every op runs
-// (CheckOverlaps below, called by the generated Run<Op>; docs/api.md,
+// (CheckOverlaps below, called by the generated Run<Op>; docs/user/api.md,
 // "Overlap").
 //
 // A view is a set of byte intervals: base + sum_k i_k * stride_k for every

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "cuda/workspace.h"
+#include "cuda/runtime/workspace.h"
 #include "generated/ops_table.h"
 
 namespace polyops::python {

@@ -1,5 +1,6 @@
 // Installs torch's CUDA caching allocator as the allocator behind
-// cuda::Workspace (src/cuda/workspace.h). Built only with the CUDA backend.
+// cuda::Workspace (src/cuda/runtime/workspace.h). Built only with the CUDA
+// backend.
 #ifndef POLYOPS_PYTHON_CUDA_ALLOCATOR_H_
 #define POLYOPS_PYTHON_CUDA_ALLOCATOR_H_
 

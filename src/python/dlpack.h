@@ -1,7 +1,7 @@
 // The parts of the DLPack ABI (https://dmlc.github.io/dlpack/latest/, v1.x)
 // that polyops uses to read torch tensors without torch's headers: DLTensor
 // and the C exchange API that torch >= 2.10 publishes as the capsule
-// torch.Tensor.__dlpack_c_exchange_api__ (docs/torch.md). Declared here
+// torch.Tensor.__dlpack_c_exchange_api__ (docs/user/torch.md). Declared here
 // from the specification; the layouts are the standard's and must not
 // change.
 #ifndef POLYOPS_PYTHON_DLPACK_H_

@@ -2,7 +2,8 @@
 // op's base class constructor (src/base/<op>.h, the checks every slot runs)
 // on views without data. In polyops._C, so it needs no torch header: tensors
 // arrive as (sizes, strides, dtype, device) tuples. The per-op functions are
-// generated (scripts/generate_wrappers.py, emit_meta_checks); docs/torch.md.
+// generated (scripts/generate_wrappers.py, emit_meta_checks);
+// docs/user/torch.md.
 #ifndef POLYOPS_PYTHON_META_CHECK_H_
 #define POLYOPS_PYTHON_META_CHECK_H_
 

@@ -8,18 +8,18 @@
 #include <string>
 #include <vector>
 
-#include "cpu/blas_gemm.h"
-#include "cpu/convert.h"
-#include "cpu/gemm_autotune.h"
-#include "cpu/gemm_kernels.h"
-#include "cpu/onednn.h"
+#include "cpu/kernels/gemm/blas_gemm.h"
+#include "cpu/kernels/gemm/gemm_autotune.h"
+#include "cpu/kernels/gemm/gemm_kernels.h"
+#include "cpu/kernels/gemm/onednn.h"
+#include "cpu/runtime/convert.h"
 #include "python/meta_check.h"
 #include "python/tensor_exchange.h"
 #ifdef POLYOPS_WITH_CUDA
-#include "cuda/workspace.h"
+#include "cuda/runtime/workspace.h"
 #endif
 #ifdef POLYOPS_WITH_ASCEND
-#include "ascend/launch.h"
+#include "ascend/runtime/launch.h"
 #endif
 
 namespace polyops::python {
@@ -215,8 +215,9 @@ PYBIND11_MODULE(_C, module) {
     ascend::ReleaseStreamPools();  // the npu per-stream workspace pools
 #endif
   });
-  // The measured choice of the CPU products' path (cpu/gemm_autotune.h;
-  // python/polyops/_autotune.py is the public face).
+  // The measured choice of the CPU products' path
+  // (cpu/kernels/gemm/gemm_autotune.h; python/polyops/_autotune.py is the
+  // public face).
   module.def("_autotune_enabled", &cpu::autotune::Enabled);
   module.def("_autotune_enable", &cpu::autotune::Enable, py::arg("on"));
   module.def("_autotune_entries", [] {
@@ -267,8 +268,8 @@ PYBIND11_MODULE(_C, module) {
   // Which CPU matmul/gemm/linear path this thread's last call took
   // (benchmarks/gemm.py prints it).
   module.def("_cpu_gemm_path", [] { return std::string(cpu::LastGemmPath()); });
-  // oneDNN, the CPU products' library path (docs/cpu_gemm.md): whether it
-  // is compiled in and loaded, its version, effective ISA, this thread's
+  // oneDNN, the CPU products' library path (docs/backends/cpu_gemm.md): whether
+  // it is compiled in and loaded, its version, effective ISA, this thread's
   // last primitive and why it declined this thread's last product, if it did.
   // Loads the library on first use.
   module.def("_onednn_info", [] {

@@ -456,7 +456,8 @@ namespace {
       "polyops.", op, ": ", DeviceTypeName(device.type),
       " tensors need polyops._torch_ops (torch's device and stream API, "
       "built for the torch polyops was compiled with), which is not loaded: "
-      "another torch is installed, or POLYOPS_TORCH_STABLE=1 (docs/torch.md, "
+      "another torch is installed, or POLYOPS_TORCH_STABLE=1 "
+      "(docs/user/torch.md, "
       "\"Torch versions\")"));
 }
 

@@ -4,7 +4,7 @@
 // device, and torch's own Python-level functions, called through cached C
 // entry points, for what DLPack does not carry (the negative bit, autograd
 // state, version counters). A failed check goes to the slow path
-// (polyops/_tensor_errors.py), which names the reason. docs/torch.md.
+// (polyops/_tensor_errors.py), which names the reason. docs/user/torch.md.
 #ifndef POLYOPS_PYTHON_TENSOR_EXCHANGE_H_
 #define POLYOPS_PYTHON_TENSOR_EXCHANGE_H_
 
@@ -74,8 +74,8 @@ inline PyObject* ReturnTensor(PyObject* given, py::object& allocated) {
 void UsePortableTensorFlags();
 
 // --- autograd ----------------------------------------------------------------
-// polyops has no autograd formulas (docs/api.md "Autograd"). With grad mode
-// on, a tensor that requires grad is refused rather than given a detached
+// polyops has no autograd formulas (docs/user/api.md "Autograd"). With grad
+// mode on, a tensor that requires grad is refused rather than given a detached
 // result; every tensor an op writes gets its version bumped, as torch's
 // in-place ops do, so a backward through overwritten values raises.
 

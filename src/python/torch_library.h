@@ -1,5 +1,5 @@
 // The torch.library form of the ops (torch.ops.polyops.*): see
-// scripts/generate_wrappers.py (emit_torch_library) and docs/torch.md.
+// scripts/generate_wrappers.py (emit_torch_library) and docs/user/torch.md.
 #ifndef POLYOPS_PYTHON_TORCH_LIBRARY_H_
 #define POLYOPS_PYTHON_TORCH_LIBRARY_H_
 

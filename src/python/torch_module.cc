@@ -3,7 +3,7 @@
 // device, stream and CUDA scratch-memory lookups and its negative-bit /
 // autograd reads at torch's. The ops themselves run in polyops._C, through
 // its table of entry points (generated/ops_table.h). Built for the torch
-// polyops is compiled with; docs/torch.md.
+// polyops is compiled with; docs/user/torch.md.
 #include <string>
 
 #include "generated/ops_table.h"

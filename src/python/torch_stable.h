@@ -4,7 +4,7 @@
 // Compiled with TORCH_TARGET_VERSION 2.10, so it calls only what torch 2.10
 // already exports. What the stable ABI lacks (redispatch, requires_grad,
 // version counters, Python exception types) is done by the Python Autograd
-// kernel in python/polyops/_torch_library.py; docs/torch.md.
+// kernel in python/polyops/_torch_library.py; docs/user/torch.md.
 #ifndef POLYOPS_PYTHON_TORCH_STABLE_H_
 #define POLYOPS_PYTHON_TORCH_STABLE_H_
 

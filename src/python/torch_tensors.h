@@ -1,7 +1,7 @@
 // What the torch.library kernels (generated torch_library.cc) use to turn
 // at::Tensor arguments into polyops views, allocate omitted outputs and
 // follow torch's autograd rules. The only header besides the test npu device
-// that includes torch's C++ API (docs/torch.md).
+// that includes torch's C++ API (docs/user/torch.md).
 #ifndef POLYOPS_PYTHON_TORCH_TENSORS_H_
 #define POLYOPS_PYTHON_TORCH_TENSORS_H_
 
@@ -187,8 +187,8 @@ inline at::Tensor Allocate(std::optional<Tensor>& view,
 }
 
 // --- autograd ----------------------------------------------------------------
-// polyops has no autograd formulas (docs/api.md "Autograd"). With grad mode
-// on, a tensor that requires grad is refused rather than given a detached
+// polyops has no autograd formulas (docs/user/api.md "Autograd"). With grad
+// mode on, a tensor that requires grad is refused rather than given a detached
 // result; every tensor an op writes gets its version bumped, as torch's
 // in-place ops do, so a backward through overwritten values raises.
 

@@ -1,5 +1,5 @@
 // The CPU attention tile kernel's AVX-512 instantiation (AttendTiles<4, 4,
-// Float16v>, src/cpu/attention.h) run on any x86-64: its vectors are GCC
+// Float16v>, src/cpu/kernels/attention/attention.h) run on any x86-64: its vectors are GCC
 // vector extensions, so the same template compiled without the AVX-512
 // target runs with each Float16v lowered to xmm / ymm registers, executing
 // the instantiation's own blocking, masking and tail logic. Each case must
@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/attention.h"
+#include "cpu/kernels/attention/attention.h"
 
 namespace polyops::cpu {
 

@@ -1,4 +1,4 @@
-// Checks cuda::ColumnMajorProductOf (src/cuda/blas_problem.h) on the CPU: for
+// Checks cuda::ColumnMajorProductOf (src/cuda/kernels/gemm/blas_problem.h) on the CPU: for
 // every orientation of a, b and out (row- or column-major, padded leading
 // dims), batches with a broadcast operand and size-1 dims, the product that
 // column-major cuBLAS computes from it -- evaluated here by the documented
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "cuda/blas_problem.h"
+#include "cuda/kernels/gemm/blas_problem.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// A host stand-in for <cuda_runtime.h>, enough to run src/cuda/sampling.cuh's
+// A host stand-in for <cuda_runtime.h>, enough to run src/cuda/kernels/sampling/sampling.cuh's
 // kernel on a CPU (tests/test_cuda_sampling_emulated.py): one block of
 // std::threads per launch, __syncthreads as a std::barrier, warp
 // collectives (shuffle, ballot, match_any) through per-warp slots and

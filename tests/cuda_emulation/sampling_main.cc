@@ -1,4 +1,4 @@
-// Runs src/cuda/sampling.cuh's SampleRows<float> under the host emulation
+// Runs src/cuda/kernels/sampling/sampling.cuh's SampleRows<float> under the host emulation
 // (cuda_runtime.h here). stdin: "B V grid out_bits" (out_bits 64 or 32: the
 // out dtype), then per row "k p u" (k an integer, p and u float32 bit
 // patterns in hex) and V float32 bit patterns in hex. stdout: one token id
@@ -8,11 +8,11 @@
 
 #include "cuda_runtime.h"
 // common.cuh needs the real CUDA headers; the kernel needs only ToFloat.
-#define POLYOPS_CUDA_COMMON_CUH_
+#define POLYOPS_CUDA_RUNTIME_COMMON_CUH_
 namespace polyops::cuda {
 inline float ToFloat(float value) { return value; }
 }  // namespace polyops::cuda
-#include "cuda/sampling.cuh"
+#include "cuda/kernels/sampling/sampling.cuh"
 
 int main() {
   long long batch = 0, vocab = 0;

@@ -1,5 +1,5 @@
 // Runs one call of the own CUDA attention slots (flash_attention and
-// paged_attention slot 0, cuda/attention.cuh) under the host emulation
+// paged_attention slot 0, cuda/kernels/attention/attention.cuh) under the host emulation
 // (emulated_cuda.h) on the tensors of a manifest (driver.h) that
 // tests/test_cuda_attention_emulated.py writes.
 #include <string>

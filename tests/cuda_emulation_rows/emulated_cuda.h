@@ -1,7 +1,7 @@
 // A host stand-in for the CUDA runtime, <cuda_fp16.h> and <cuda_bf16.h>,
 // enough to run the CUDA slots that tests/test_cuda_{rows,attention,
 // elementwise}_emulated.py cover on a CPU, with the project's own
-// cuda/common.cuh (WarpSum, WarpMax, BlockSum, BlockMax, FromFloat,
+// cuda/runtime/common.cuh (WarpSum, WarpMax, BlockSum, BlockMax, FromFloat,
 // ToFloat, Check, Workspace) compiled as it is. The tests rewrite each
 // `kernel<<<grid, block, shared, stream>>>(args)` of the slot headers into
 // `EmulatedLaunch(grid, block, shared, stream, [&] { kernel(args); })` and
@@ -85,7 +85,7 @@ inline dim3 blockDim;
 inline dim3 gridDim;
 
 // CUDA's 16-bit float types: 2-byte structs of their own (as in CUDA), so
-// that cuda/common.cuh's ToFloat overloads do not collide with polyops'.
+// that cuda/runtime/common.cuh's ToFloat overloads do not collide with polyops'.
 struct alignas(2) __half {
   uint16_t bits;
 };
@@ -364,11 +364,11 @@ T* DynamicShared() {
 }  // namespace emulation
 
 // The project's own shared device code, compiled for the host as it is.
-#include "cuda/common.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops::cuda {
 
-// cuda/workspace.cu's definitions, for the host: the scratch memory is host
+// cuda/runtime/workspace.cu's definitions, for the host: the scratch memory is host
 // memory filled with 0xff bytes (NaN floats), so a partial the kernels
 // forget to write shows.
 inline void ThrowCudaError(cudaError_t status, const char* op,

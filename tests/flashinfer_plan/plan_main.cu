@@ -1,5 +1,5 @@
 // Property check of the FlashInfer slots' host planner (MakePlan,
-// src/cuda/flashinfer_plan.cu) on random batches: every query tile and kv
+// src/cuda/kernels/flashinfer/flashinfer_plan.cu) on random batches: every query tile and kv
 // chunk of every sequence is scheduled exactly once, the uploaded indptrs
 // reproduce the host lengths (pages and last-page lengths for paged kv), the
 // merge and output indptrs agree, and kv is never split with a left window or
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/flashinfer_plan.h"
+#include "cuda/kernels/flashinfer/flashinfer_plan.h"
 using namespace polyops::cuda::flashinfer;
 int main() {
   constexpr int kDims[3] = {64, 128, 256};

@@ -1,5 +1,5 @@
 """Adapters that expose polyops kernels to other frameworks under their own op names.
 
 * :mod:`polyops.integrations.vllm`: vLLM's ``_C`` / ``_C_cache_ops`` custom ops
-  (see docs/vllm.md).
+  (see docs/user/vllm.md).
 """

@@ -42,7 +42,7 @@ kernel, and leaves an op alone when vLLM's schema differs from the one above
 validates the polyops call it maps to, so torch.compile traces it and a bad
 call fails while tracing, and an Autograd kernel that refuses tensors
 requiring grad (no op has a backward) on the keys polyops serves. Attention
-and sampling are not mapped: see docs/vllm.md for why, and for every known
+and sampling are not mapped: see docs/user/vllm.md for why, and for every known
 difference from vLLM.
 """
 

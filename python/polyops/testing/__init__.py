@@ -7,11 +7,11 @@ zero-size, strided and in-place forms, GQA / paged / windowed / partial-rotary
 (:mod:`polyops.testing.references`) and per-dtype tolerances documented next
 to it. :func:`run_parity` runs every case on every device present x slot x
 dtype and returns :class:`Record` s; the test suite (tests/test_parity.py) and
-``python -m polyops parity`` both draw from it. See docs/testing.md.
+``python -m polyops parity`` both draw from it. See docs/user/testing.md.
 
 :func:`use_cann_double` (in a fresh process, before any NPU use) makes polyops
 load the CANN test double and, without torch_npu, registers a test "npu"
-device; :func:`cann_calls` returns the double's call log (docs/ascend.md).
+device; :func:`cann_calls` returns the double's call log (docs/backends/ascend.md).
 
 :data:`KNOWN_DEVIATIONS` (:mod:`polyops.testing.deviations`) declares the
 cases a device is known to fail and why: their records are ``xfail``.

@@ -32,11 +32,12 @@ from polyops.testing.tensors import dtype_name, parse_dtypes
 
 KNOWN_DEVICES = ("cpu", "cuda", "npu")
 
-#: Whether each device's backend has run on the real hardware (docs/cuda.md, docs/ascend.md).
+#: Whether each device's backend has run on the real hardware (docs/backends/cuda.md,
+#: docs/backends/ascend.md).
 HARDWARE = {
     "cpu": "yes",
-    "cuda": "never: the CUDA backend is only compile-checked (docs/cuda.md)",
-    "npu": "never: the Ascend backend ran only on the CANN test double (docs/ascend.md)",
+    "cuda": "never: the CUDA backend is only compile-checked (docs/backends/cuda.md)",
+    "npu": "never: the Ascend backend ran only on the CANN test double (docs/backends/ascend.md)",
 }
 
 CANN_DOUBLE_HINT = "--cann-double runs the npu slots on the CANN test double (not an NPU)"
@@ -206,7 +207,7 @@ def legend(records: Sequence[Record], table: bool) -> str:
         cell = "FAIL/error k/n = k of n cases failed/raised"
     return (
         f"legend: {cell}; ok = within tolerance of the float64 reference (|got - ref| <= "
-        f"atol + rtol*|ref|; {_rtol_range(records)}, per op and dtype: docs/testing.md); "
+        f"atol + rtol*|ref|; {_rtol_range(records)}, per op and dtype: docs/user/testing.md); "
         "n/a = not implemented; xfail = declared known deviation; - = no such slot"
     )
 

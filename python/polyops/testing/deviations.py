@@ -2,7 +2,7 @@
 
 A deviation is a place where a device's library departs from polyops'
 contract in a way polyops cannot detect or correct without reading the data
-(docs/ascend.md). Declaring it here, as data, is the only way to excuse a
+(docs/backends/ascend.md). Declaring it here, as data, is the only way to excuse a
 failing parity record: the runner then labels the record ``xfail`` (with
 the reason) instead of ``fail``, the CLI counts it apart and exits 0, and
 tests/test_parity.py marks the case ``xfail(strict=True)``. A declared case
@@ -42,7 +42,8 @@ class KnownDeviation:
 _FIA_NAN = (
     "aclnn's fused attention (FIA V3, IFA V4) as the CANN test double implements it returns 0 "
     "for a query row with a NaN or +inf score where polyops' contract says NaN; polyops cannot "
-    "detect such rows without reading the data; the chip's behaviour is unverified (docs/ascend.md)"
+    "detect such rows without reading the data; the chip's behaviour is unverified "
+    "(docs/backends/ascend.md)"
 )
 
 #: Every declared deviation. The special-value case (``<first case>-nan-inf``) of

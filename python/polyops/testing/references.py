@@ -304,7 +304,7 @@ def _masked_softmax(scores: Tensor, visible: Tensor, *, all_neg_inf_is_zero: boo
     exp(s - max) / sum, so a NaN or +inf visible entry makes the row NaN. A row whose
     visible entries are all -inf is NaN (0 / 0, torch.softmax; causal_softmax) or, with
     `all_neg_inf_is_zero`, 0 (SDPA; attention). Rows that see nothing are 0, and hidden
-    entries are 0 whatever they hold (docs/api.md, "NaN and Inf")."""
+    entries are 0 whatever they hold (docs/user/api.md, "NaN and Inf")."""
     if scores.shape[-1] == 0:
         return torch.zeros_like(scores)
     masked = scores.masked_fill(~visible, -math.inf)
@@ -534,7 +534,7 @@ def linear_reference(input: Tensor, weight: Tensor, bias: Tensor | None = None) 
 # A device whose kernel cannot replay those float32 steps bit for bit is
 # judged by :func:`sampling_token_plausible` (the token's float64 probability
 # interval within SAMPLING_EPS of u). That is the declared exception of npu
-# (aclnn's softmax and cumsum round their own way; docs/ascend.md); CPU and
+# (aclnn's softmax and cumsum round their own way; docs/backends/ascend.md); CPU and
 # CUDA must match exactly. OpInfo.device_rules routes npu records to
 # :func:`topk_topp_sampling_implausible_rows`.
 

@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "ascend/launch.h"
+#include "ascend/runtime/launch.h"
 #include "base/add.h"
 #include "core/operator.h"
 

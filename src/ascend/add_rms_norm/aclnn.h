@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "ascend/launch.h"
+#include "ascend/runtime/launch.h"
 #include "base/add_rms_norm.h"
 #include "core/operator.h"
 

@@ -5,8 +5,8 @@
 #include <initializer_list>
 #include <optional>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/apply_rotary_pos_emb.h"
 #include "core/operator.h"
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/launch.h"
+#include "ascend/runtime/launch.h"
 #include "base/cat.h"
 #include "core/operator.h"
 

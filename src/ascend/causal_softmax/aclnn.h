@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/causal_softmax.h"
 #include "core/operator.h"
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/attention.h"
+#include "ascend/kernels/attention/attention.h"
 #include "base/flash_attention.h"
 #include "core/operator.h"
 
@@ -21,12 +21,12 @@ namespace polyops {
 //     a window -> sparseMode 4 (band) with preTokens = window_left and
 //     nextTokens = window_right (0 when causal), -1 -> unbounded; neither
 //     -> sparseMode 0. Modes 3 and 4 take the 2048x2048 triu mask, made once
-//     per process and device. Unverified (docs/ascend.md, "Sliding-window
-//     band"): that the band spans [diag - preTokens, diag + nextTokens], i.e.
-//     that preTokens counts the earlier keys besides the diagonal
-//     (sliding_window W -> preTokens W - 1; vllm-ascend passes W); the double
-//     implements this reading. Also unverified: sparseMode 4 with TND (the A2
-//     table lists 0 and 3, trap 18; vllm-ascend uses 4), the TND
+//     per process and device. Unverified (docs/backends/ascend.md,
+//     "Sliding-window band"): that the band spans [diag - preTokens, diag +
+//     nextTokens], i.e. that preTokens counts the earlier keys besides the
+//     diagonal (sliding_window W -> preTokens W - 1; vllm-ascend passes W); the
+//     double implements this reading. Also unverified: sparseMode 4 with TND
+//     (the A2 table lists 0 and 3, trap 18; vllm-ascend uses 4), the TND
 //     head-size/dtype limits of trap 18, requests with no query tokens, strided
 //     (non-contiguous) query/key/value views.
 //   paged: the caches as PagedCacheView gives them, blockTable int32 on the

@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "ascend/products.h"
+#include "ascend/kernels/gemm/products.h"
 #include "base/linear.h"
 #include "core/operator.h"
 

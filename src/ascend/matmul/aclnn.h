@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "ascend/products.h"
+#include "ascend/kernels/gemm/products.h"
 #include "base/matmul.h"
 #include "core/operator.h"
 
@@ -12,9 +12,9 @@ namespace polyops {
 // Slot 0: aclnnMatmul(self, mat2, out, cubeMathType = 0), which broadcasts
 // a 2-D operand (or a batch of one) over the other's batch as torch.matmul
 // does. cubeMathType 0 (KEEP_DTYPE) keeps float32 in float32 (never HF32,
-// docs/ascend.md trap "HF32"). Row- and column-major matrices are passed as
-// strided views (no copy). k == 0 gives zeros (an empty product; the double
-// does so, never checked on a real toolkit).
+// docs/backends/ascend.md trap "HF32"). Row- and column-major matrices are
+// passed as strided views (no copy). k == 0 gives zeros (an empty product; the
+// double does so, never checked on a real toolkit).
 template <>
 class Operator<Matmul, Device::Type::kAscend, 0> : public Matmul {
  public:

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/attention.h"
+#include "ascend/kernels/attention/attention.h"
 #include "base/paged_attention.h"
 #include "core/operator.h"
 

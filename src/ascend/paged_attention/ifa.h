@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/attention.h"
+#include "ascend/kernels/attention/attention.h"
 #include "base/paged_attention.h"
 #include "core/operator.h"
 
@@ -19,9 +19,10 @@ namespace polyops {
 // Host lengths, the fallback copy and the non-repeatable executor as in slot 0.
 // Slot 0 (FIA V3) stays the default: it is what torch_npu and vllm-ascend
 // call on A2/A3; this one is the second route. Unverified: the first CANN
-// version with IncreFlashAttentionV4 (docs/ascend.md, "First versions";
-// the docs show it by 8.1.RC1), FIA's zero-length rule for a request with
-// seq_lens 0, and the row-invalid meaning of innerPrecise 2 (as in slot 0).
+// version with IncreFlashAttentionV4 (docs/backends/ascend.md, "First
+// versions"; the docs show it by 8.1.RC1), FIA's zero-length rule for a request
+// with seq_lens 0, and the row-invalid meaning of innerPrecise 2 (as in slot
+// 0).
 template <>
 class Operator<PagedAttention, Device::Type::kAscend, 1>
     : public PagedAttention {

@@ -6,8 +6,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/reshape_and_cache.h"
 #include "core/operator.h"
 
@@ -18,9 +18,9 @@ namespace ascend {
 // Whether the loaded CANN has the aclnnScatterPaKvCache prototype polyops
 // calls (…, cacheMode, scatterMode, strides, offsets): 8.3.RC1 (commercial)
 // and later. 8.3.RC1.alpha003 exports the same symbol without the last
-// three parameters (docs/ascend.md, "Prototype drift"), and dlsym cannot tell
-// them apart, so alpha/beta builds of 8.3.RC1, older and unknown versions are
-// refused. Betas of 8.3.RC1 were not documented either way.
+// three parameters (docs/backends/ascend.md, "Prototype drift"), and dlsym
+// cannot tell them apart, so alpha/beta builds of 8.3.RC1, older and unknown
+// versions are refused. Betas of 8.3.RC1 were not documented either way.
 inline bool HasScatterPaKvCacheV83(const std::string& version) {
   int major = 0, minor = 0;
   if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return false;

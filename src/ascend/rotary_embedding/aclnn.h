@@ -5,8 +5,8 @@
 #include <initializer_list>
 #include <optional>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/rotary_embedding.h"
 #include "core/operator.h"
 
@@ -16,14 +16,14 @@ namespace polyops {
 // mropeSection = NULL, headSize, isNeoxStyle, queryOut, keyOut): vLLM's
 // semantics, partial rotary included (dims past rotary_dim pass through).
 //   q and k go in as 2-D [T, H * head_size] views (3-D descriptors gave
-//   wrong results on the chip: docs/ascend.md, "RoPE descriptors"), so a 3-D
-//   tensor needs its heads packed (head stride = head_size); the token stride
-//   is free. In place unless query_out/key_out are given (queryOut/keyOut are
-//   then those tensors): queryIn and queryOut may be the same memory. key None:
-//   keyIn is query's first head (read only) and keyOut a scratch [T,
-//   head_size], discarded. int32 positions: aclnnCast to int64 into scratch
-//   first (the API takes INT64 only), a second launch in the same RunSteps
-//   unit.
+//   wrong results on the chip: docs/backends/ascend.md, "RoPE descriptors"), so
+//   a 3-D tensor needs its heads packed (head stride = head_size); the token
+//   stride is free. In place unless query_out/key_out are given
+//   (queryOut/keyOut are then those tensors): queryIn and queryOut may be the
+//   same memory. key None: keyIn is query's first head (read only) and keyOut a
+//   scratch [T, head_size], discarded. int32 positions: aclnnCast to int64 into
+//   scratch first (the API takes INT64 only), a second launch in the same
+//   RunSteps unit.
 // NotImplementedError: head_size or rotary_dim not a multiple of 32
 // (float16/bfloat16) or 16 (float32), a float32 cos_sin_cache with a
 // float16/bfloat16 query (the API takes the cache in query's dtype, as the
@@ -31,7 +31,7 @@ namespace polyops {
 // Repeatable executor: the aclSetInputTensorAddr indexes are the tensor
 // parameters in signature order (the double's mapping). IO kept this op
 // non-repeatable for fear of hidden attributes; never run on a real
-// toolkit (docs/ascend.md, trap "Executor lifetime").
+// toolkit (docs/backends/ascend.md, trap "Executor lifetime").
 template <>
 class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
     : public RotaryEmbedding {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/silu_and_mul.h"
 #include "core/operator.h"
 

@@ -3,8 +3,8 @@
 
 #include <optional>
 
-#include "ascend/aclnn_prepare.h"
-#include "ascend/launch.h"
+#include "ascend/runtime/aclnn_prepare.h"
+#include "ascend/runtime/launch.h"
 #include "base/swiglu.h"
 #include "core/operator.h"
 

@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "ascend/launch.h"
-#include "ascend/sampling.h"
+#include "ascend/kernels/sampling/sampling.h"
+#include "ascend/runtime/launch.h"
 #include "base/topk_topp_sampling.h"
 #include "core/error.h"
 #include "core/operator.h"

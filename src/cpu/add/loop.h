@@ -4,7 +4,7 @@
 #include "base/add.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/elementwise.h"
+#include "cpu/kernels/elementwise/elementwise.h"
 
 namespace polyops {
 

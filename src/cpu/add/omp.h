@@ -6,8 +6,8 @@
 #include "base/add.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/binary_vector.h"
-#include "cpu/elementwise.h"
+#include "cpu/kernels/elementwise/binary_vector.h"
+#include "cpu/kernels/elementwise/elementwise.h"
 
 namespace polyops {
 
@@ -26,7 +26,8 @@ class Operator<Add, Device::Type::kCpu, 1> : public Add {
           using C = cpu::ComputeType<T>;
           void* const data[3] = {out->data(), input.data(), other.data()};
           // With AVX-512 or AVX2 and unit inner strides, floats take one loop
-          // that converts in registers (cpu/binary_vector.h).
+          // that converts in registers
+          // (cpu/kernels/elementwise/binary_vector.h).
           if (alpha_is_one_) {
             if (cpu::TryBinaryVector<cpu::BinaryOp::kAdd, T>(layout_, data)) {
               return;

@@ -6,9 +6,9 @@
 #include "base/add_rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/avx2_rows.h"
-#include "cpu/avx512_rows.h"
-#include "cpu/row_kernels.h"
+#include "cpu/kernels/rows/avx2_rows.h"
+#include "cpu/kernels/rows/avx512_rows.h"
+#include "cpu/kernels/rows/row_kernels.h"
 
 namespace polyops {
 namespace cpu {
@@ -48,7 +48,8 @@ POLYOPS_ROW_KERNEL_VARIANTS(AddRmsNormRow,
 // Slot 1: rows spread over OpenMP threads. Each row: x = x1 + x2 is stored
 // and kept (as stored) in a stage, then normalized exactly as rms_norm's
 // slot 1 does (with AVX-512 or AVX2: converted in registers, the stage of
-// type T, large outputs streamed; see cpu/avx512_rows.h, cpu/avx2_rows.h).
+// type T, large outputs streamed; see cpu/kernels/rows/avx512_rows.h,
+// cpu/kernels/rows/avx2_rows.h).
 template <>
 class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
  public:

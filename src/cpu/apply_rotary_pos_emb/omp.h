@@ -6,12 +6,12 @@
 #include "base/apply_rotary_pos_emb.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/rotary.h"
+#include "cpu/kernels/rotary/rotary.h"
 
 namespace polyops {
 
-// Slot 0: rotary_embedding's kernel (cpu/rotary.h) with cos/sin rows taken
-// per token instead of gathered by position.
+// Slot 0: rotary_embedding's kernel (cpu/kernels/rotary/rotary.h) with cos/sin
+// rows taken per token instead of gathered by position.
 template <>
 class Operator<ApplyRotaryPosEmb, Device::Type::kCpu, 0>
     : public ApplyRotaryPosEmb {

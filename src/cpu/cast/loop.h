@@ -8,7 +8,7 @@
 #include "base/cast.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/elementwise.h"
+#include "cpu/kernels/elementwise/elementwise.h"
 
 namespace polyops {
 namespace cpu {

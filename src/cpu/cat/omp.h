@@ -8,7 +8,7 @@
 
 #include "base/cat.h"
 #include "core/operator.h"
-#include "cpu/parallel.h"
+#include "cpu/runtime/parallel.h"
 
 namespace polyops {
 

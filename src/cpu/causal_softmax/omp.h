@@ -9,10 +9,10 @@
 #include "base/causal_softmax.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/avx2_rows.h"
-#include "cpu/avx512_rows.h"
-#include "cpu/row_kernels.h"
-#include "cpu/vector_exp.h"
+#include "cpu/kernels/elementwise/vector_exp.h"
+#include "cpu/kernels/rows/avx2_rows.h"
+#include "cpu/kernels/rows/avx512_rows.h"
+#include "cpu/kernels/rows/row_kernels.h"
 
 namespace polyops {
 namespace cpu {
@@ -37,7 +37,8 @@ POLYOPS_INLINE float RowMax(const float* x, int64_t n) {
 }
 
 // The exp of a row of T: float32 rows keep SoftmaxExp's Cody-Waite
-// reduction, 16-bit rows take the cheaper SoftmaxExp2Of (cpu/vector_exp.h).
+// reduction, 16-bit rows take the cheaper SoftmaxExp2Of
+// (cpu/kernels/elementwise/vector_exp.h).
 template <typename T>
 inline constexpr bool kSoftmaxBase2 = !std::is_same_v<T, float>;
 
@@ -124,8 +125,9 @@ POLYOPS_ROW_KERNEL_VARIANTS(CausalSoftmaxRow,
 // row computes from L1, up to 8 KiB: they start a new page (a 1024-key
 // float32 row is one), where the hardware prefetcher starts over. Into L2,
 // not L1: there they do not evict this row's stage (bfloat16 2-thread ratio
-// to the copy 0.85-0.91x with T0, 0.99-1.07x with T1, docs/cpu_softmax.md).
-// No ISA target: the AVX-512 and AVX2 rows both inline it.
+// to the copy 0.85-0.91x with T0, 0.99-1.07x with T1,
+// docs/backends/cpu_softmax.md). No ISA target: the AVX-512 and AVX2 rows both
+// inline it.
 template <typename T>
 POLYOPS_INLINE void PrefetchVisibleKeys(const T* x, int64_t visible) {
 #if defined(__x86_64__)
@@ -358,8 +360,8 @@ POLYOPS_TARGET_AVX2 void CausalSoftmaxRow256(const T* x, T* y, int64_t k,
 #endif  // POLYOPS_HAVE_AVX2_ROWS
 
 #ifdef POLYOPS_HAVE_AVX512_ROWS
-// As in cpu/avx512_rows.h: GCC 12 reports the intrinsics' own "undefined"
-// sources as maybe uninitialized once inlined.
+// As in cpu/kernels/rows/avx512_rows.h: GCC 12 reports the intrinsics' own
+// "undefined" sources as maybe uninitialized once inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -389,7 +391,7 @@ POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp512(__m512 t) {
 // needed: 2^n then makes that lane, and every y below -151, +0), VSCALEFPS
 // applies 2^n. 9 instructions, 6 of them multiplies or FMAs, against
 // SoftmaxExp512's 11 and 8: on AMD Zen 4 the loop of ExpShiftSum512 takes 7
-// cycles per 16 exps instead of 9 (docs/cpu_softmax.md).
+// cycles per 16 exps instead of 9 (docs/backends/cpu_softmax.md).
 POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE __m512 SoftmaxExp2Of512(__m512 t) {
   const __m512 y = _mm512_mul_ps(t, _mm512_set1_ps(kSoftmaxExpLog2e));
   const __m512 n =
@@ -489,8 +491,8 @@ POLYOPS_TARGET_AVX512_ROWS void CausalSoftmaxRow512(const T* x, T* y, int64_t k,
 // staged as float once, with a vectorizable exp, compiled for the x86-64
 // baseline, AVX2 and AVX-512 and chosen at run time. Rows longer than 16384
 // keys take three blocked passes. With AVX-512 or AVX2, 16-bit rows are
-// converted in registers and large outputs streamed (cpu/avx512_rows.h,
-// cpu/avx2_rows.h).
+// converted in registers and large outputs streamed
+// (cpu/kernels/rows/avx512_rows.h, cpu/kernels/rows/avx2_rows.h).
 template <>
 class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
  public:

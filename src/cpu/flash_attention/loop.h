@@ -8,9 +8,9 @@
 #include "base/flash_attention.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/attention.h"
-#include "cpu/convert.h"
-#include "cpu/flash_attention_cpu.h"
+#include "cpu/kernels/attention/attention.h"
+#include "cpu/kernels/attention/flash_attention_cpu.h"
+#include "cpu/runtime/convert.h"
 
 namespace polyops {
 

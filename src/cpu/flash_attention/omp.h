@@ -6,8 +6,8 @@
 #include "base/flash_attention.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/attention.h"
-#include "cpu/flash_attention_cpu.h"
+#include "cpu/kernels/attention/attention.h"
+#include "cpu/kernels/attention/flash_attention_cpu.h"
 
 namespace polyops {
 

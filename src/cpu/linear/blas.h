@@ -3,12 +3,12 @@
 
 #include "base/linear.h"
 #include "core/operator.h"
-#include "cpu/blas_gemm.h"
+#include "cpu/kernels/gemm/blas_gemm.h"
 
 namespace polyops {
 
 // Slot 0: own AVX-512 kernels where they apply, else OpenBLAS sgemm (see
-// cpu/blas_gemm.cc, docs/cpu_gemm.md).
+// cpu/kernels/gemm/blas_gemm.cc, docs/backends/cpu_gemm.md).
 template <>
 class Operator<Linear, Device::Type::kCpu, 0> : public Linear {
  public:

@@ -3,13 +3,13 @@
 
 #include "base/matmul.h"
 #include "core/operator.h"
-#include "cpu/blas_gemm.h"
+#include "cpu/kernels/gemm/blas_gemm.h"
 
 namespace polyops {
 
 // Slot 0: own AVX-512 kernels where they apply, else OpenBLAS sgemm (see
-// cpu/blas_gemm.cc, docs/cpu_gemm.md); one batched product per outer batch
-// index (GemmLayout::outer).
+// cpu/kernels/gemm/blas_gemm.cc, docs/backends/cpu_gemm.md); one batched
+// product per outer batch index (GemmLayout::outer).
 template <>
 class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
  public:

@@ -6,8 +6,8 @@
 #include "base/mul.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/binary_vector.h"
-#include "cpu/elementwise.h"
+#include "cpu/kernels/elementwise/binary_vector.h"
+#include "cpu/kernels/elementwise/elementwise.h"
 
 namespace polyops {
 
@@ -25,9 +25,10 @@ class Operator<Mul, Device::Type::kCpu, 0> : public Mul {
           using T = typename decltype(tag)::type;
           using C = cpu::ComputeType<T>;
           // With AVX-512 or AVX2 and unit inner strides, floats take one loop
-          // that converts in registers (cpu/binary_vector.h). Otherwise 16-bit
-          // floats convert in and out of every block: built per ISA (F16C,
-          // AVX-512 shifts and rounding), not for the SSE2 baseline.
+          // that converts in registers
+          // (cpu/kernels/elementwise/binary_vector.h). Otherwise 16-bit floats
+          // convert in and out of every block: built per ISA (F16C, AVX-512
+          // shifts and rounding), not for the SSE2 baseline.
           constexpr bool kIsaVariants = !std::is_same_v<T, C>;
           void* const data[3] = {out->data(), input.data(), other.data()};
           if (cpu::TryBinaryVector<cpu::BinaryOp::kMul, T>(layout_, data))

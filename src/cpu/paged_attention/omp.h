@@ -6,7 +6,7 @@
 #include "base/paged_attention.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/attention.h"
+#include "cpu/kernels/attention/attention.h"
 
 namespace polyops {
 

@@ -7,7 +7,7 @@
 
 #include "base/reshape_and_cache.h"
 #include "core/operator.h"
-#include "cpu/parallel.h"
+#include "cpu/runtime/parallel.h"
 
 namespace polyops {
 

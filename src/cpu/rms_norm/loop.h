@@ -6,7 +6,7 @@
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/convert.h"
+#include "cpu/runtime/convert.h"
 
 namespace polyops {
 

@@ -6,9 +6,9 @@
 #include "base/rms_norm.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/avx2_rows.h"
-#include "cpu/avx512_rows.h"
-#include "cpu/row_kernels.h"
+#include "cpu/kernels/rows/avx2_rows.h"
+#include "cpu/kernels/rows/avx512_rows.h"
+#include "cpu/kernels/rows/row_kernels.h"
 
 namespace polyops {
 namespace cpu {
@@ -31,8 +31,9 @@ POLYOPS_ROW_KERNEL_VARIANTS(RmsNormRow,
 
 // Slot 1: rows spread over OpenMP threads. With AVX-512 or AVX2 each row is
 // read twice (sum of squares, then scale) and converted in registers, large
-// outputs streamed (cpu/avx512_rows.h, cpu/avx2_rows.h); otherwise each row
-// is staged as float once (converted in once, out once).
+// outputs streamed (cpu/kernels/rows/avx512_rows.h,
+// cpu/kernels/rows/avx2_rows.h); otherwise each row is staged as float once
+// (converted in once, out once).
 template <>
 class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
  public:

@@ -7,7 +7,7 @@
 #include "base/rotary_embedding.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/rotary.h"
+#include "cpu/kernels/rotary/rotary.h"
 
 namespace polyops {
 

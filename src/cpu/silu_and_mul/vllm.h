@@ -6,9 +6,9 @@
 #include "base/silu_and_mul.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/convert.h"
-#include "cpu/elementwise.h"
-#include "cpu/silu.h"
+#include "cpu/kernels/elementwise/elementwise.h"
+#include "cpu/kernels/elementwise/silu.h"
+#include "cpu/runtime/convert.h"
 
 namespace polyops {
 

@@ -4,8 +4,8 @@
 #include "base/swiglu.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/elementwise.h"
-#include "cpu/silu.h"
+#include "cpu/kernels/elementwise/elementwise.h"
+#include "cpu/kernels/elementwise/silu.h"
 
 namespace polyops {
 

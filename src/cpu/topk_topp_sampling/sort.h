@@ -14,9 +14,9 @@
 #include "base/topk_topp_sampling.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cpu/convert.h"
-#include "cpu/parallel.h"
-#include "cpu/sampling.h"
+#include "cpu/kernels/sampling/sampling.h"
+#include "cpu/runtime/convert.h"
+#include "cpu/runtime/parallel.h"
 
 namespace polyops {
 namespace cpu {

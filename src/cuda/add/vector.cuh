@@ -3,7 +3,7 @@
 
 #include "base/add.h"
 #include "core/operator.h"
-#include "cuda/binary_elementwise.cuh"
+#include "cuda/kernels/elementwise/binary_elementwise.cuh"
 
 namespace polyops {
 

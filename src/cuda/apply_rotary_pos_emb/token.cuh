@@ -3,14 +3,14 @@
 
 #include "base/apply_rotary_pos_emb.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/rotary.cuh"
+#include "cuda/kernels/rotary/rotary.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 
-// Slot 0: rotary_embedding's kernel (cuda/rotary.cuh) with token t's cos and
-// sin taken from row t of cos and sin. Compiled, never executed on a GPU
-// yet.
+// Slot 0: rotary_embedding's kernel (cuda/kernels/rotary/rotary.cuh) with token
+// t's cos and sin taken from row t of cos and sin. Compiled, never executed on
+// a GPU yet.
 template <>
 class Operator<ApplyRotaryPosEmb, Device::Type::kCuda, 0>
     : public ApplyRotaryPosEmb {

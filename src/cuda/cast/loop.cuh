@@ -7,7 +7,7 @@
 #include "base/cast.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/elementwise.cuh"
+#include "cuda/kernels/elementwise/elementwise.cuh"
 
 namespace polyops {
 namespace cuda {

@@ -6,7 +6,7 @@
 
 #include "base/cat.h"
 #include "core/operator.h"
-#include "cuda/elementwise.cuh"
+#include "cuda/kernels/elementwise/elementwise.cuh"
 
 namespace polyops {
 namespace cuda {

@@ -4,8 +4,8 @@
 #include "base/causal_softmax.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/rows.cuh"
+#include "cuda/kernels/rows/rows.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 namespace cuda {
@@ -14,8 +14,8 @@ namespace cuda {
 // (max, sum of exp(x - max), write), reductions in float32. Packs of kWidth
 // keys that are wholly visible are loaded at once; the pack straddling the
 // mask edge and the tail past the last whole pack go element by element, so
-// masked keys are never read (docs/api.md). The max ignores NaN (fmaxf) but
-// a NaN still makes its own exp and so the sum NaN: the row is NaN, as
+// masked keys are never read (docs/user/api.md). The max ignores NaN (fmaxf)
+// but a NaN still makes its own exp and so the sum NaN: the row is NaN, as
 // torch.softmax; +inf gives exp(inf - inf) = NaN, and a row whose visible
 // keys are all -inf gives exp(-inf + inf) = NaN likewise. out may be input:
 // every element is read and then written by one thread, after the

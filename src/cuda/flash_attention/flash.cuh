@@ -9,8 +9,8 @@
 #include "base/flash_attention.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/attention.cuh"
-#include "cuda/common.cuh"
+#include "cuda/kernels/attention/attention.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops::cuda {
 
@@ -158,11 +158,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
 namespace polyops {
 
 // Slot 0: own FlashAttention-2 style kernel on CUDA cores
-// (cuda/attention.cuh), every case the contract allows: float16, bfloat16
-// and float32, head sizes 1..256, GQA, causal, both window sides, paged and
-// contiguous kv. float32 accumulation and softmax. The grid comes from the
-// tensor shapes alone, so cu_seqlens_*_host are accepted and not needed: no
-// host synchronization, no allocation, capturable in a CUDA graph.
+// (cuda/kernels/attention/attention.cuh), every case the contract allows:
+// float16, bfloat16 and float32, head sizes 1..256, GQA, causal, both window
+// sides, paged and contiguous kv. float32 accumulation and softmax. The grid
+// comes from the tensor shapes alone, so cu_seqlens_*_host are accepted and not
+// needed: no host synchronization, no allocation, capturable in a CUDA graph.
 // cu_seqlens and the block table are read at their own width (int32 or
 // int64, cuda::IndexArray): no conversion launch. Malformed cu_seqlens or
 // block ids cannot raise ValueError here (that would need a device-to-host

@@ -12,16 +12,16 @@
 
 #include "base/flash_attention.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/flashinfer_checks.h"
-#include "cuda/flashinfer_plan.h"
+#include "cuda/kernels/flashinfer/flashinfer_checks.h"
+#include "cuda/kernels/flashinfer/flashinfer_plan.h"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 
 // Slot 1: FlashInfer's FA2 batch prefill kernels (tensor cores; ragged kv,
 // or paged kv through the block table), the default where it applies
-// (docs/cuda_attention.md, "flashinfer"). The work schedule is planned on
-// the host from cu_seqlens_q_host / cu_seqlens_kv_host, whose values decide
+// (docs/backends/cuda_attention.md, "flashinfer"). The work schedule is planned
+// on the host from cu_seqlens_q_host / cu_seqlens_kv_host, whose values decide
 // the lengths (the device copies are not read), and uploaded through kernel
 // arguments: no host synchronization, no allocation outside
 // cuda::Workspace. Outside its envelope the constructor raises

@@ -7,11 +7,11 @@
 
 #include "base/linear.h"
 #include "core/operator.h"
-#include "cuda/blas.h"
+#include "cuda/kernels/gemm/blas.h"
 
 namespace polyops {
 
-// Slot 1: cublasGemmStridedBatchedEx (see cuda/blas.h).
+// Slot 1: cublasGemmStridedBatchedEx (see cuda/kernels/gemm/blas.h).
 template <>
 class Operator<Linear, Device::Type::kCuda, 1> : public Linear {
  public:

@@ -7,12 +7,13 @@
 
 #include "base/linear.h"
 #include "core/operator.h"
-#include "cuda/blas.h"
+#include "cuda/kernels/gemm/blas.h"
 
 namespace polyops {
 
 // Slot 0: cublasLtMatmul with descriptors, layouts and the heuristic's
-// algorithm chosen on the cache miss (see cuda/blas.h); the default.
+// algorithm chosen on the cache miss (see cuda/kernels/gemm/blas.h); the
+// default.
 template <>
 class Operator<Linear, Device::Type::kCuda, 0> : public Linear {
  public:

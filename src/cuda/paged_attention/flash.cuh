@@ -10,8 +10,8 @@
 #include "base/paged_attention.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/attention.cuh"
-#include "cuda/common.cuh"
+#include "cuda/kernels/attention/attention.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops::cuda {
 
@@ -173,17 +173,17 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
 namespace polyops {
 
-// Slot 0: own decode kernel on CUDA cores (cuda/attention.cuh), every case
-// the contract allows (float16, bfloat16, float32, head sizes 1..256, GQA,
-// any cache strides, so NHD/HND views of one allocation). One block per
-// (context split, kv head, sequence) holding up to 16 query heads of the kv
-// head, so each cached key is read once per group; with more than one
-// split the float32 partials go to a cuda::Workspace and a second kernel
-// merges them. The split count comes from seq_lens_host when given (its
-// largest length), else from the table's capacity (max_blocks *
-// block_size): never from the device, so no host synchronization and the
-// call can be captured in a CUDA graph. Lengths and block ids are read on
-// the device at their own width (int32 or int64, cuda::IndexArray) and
+// Slot 0: own decode kernel on CUDA cores
+// (cuda/kernels/attention/attention.cuh), every case the contract allows
+// (float16, bfloat16, float32, head sizes 1..256, GQA, any cache strides, so
+// NHD/HND views of one allocation). One block per (context split, kv head,
+// sequence) holding up to 16 query heads of the kv head, so each cached key is
+// read once per group; with more than one split the float32 partials go to a
+// cuda::Workspace and a second kernel merges them. The split count comes from
+// seq_lens_host when given (its largest length), else from the table's capacity
+// (max_blocks * block_size): never from the device, so no host synchronization
+// and the call can be captured in a CUDA graph. Lengths and block ids are read
+// on the device at their own width (int32 or int64, cuda::IndexArray) and
 // cannot raise ValueError: see ValidSeqLen and KvRowPointer.
 // A device length larger than seq_lens_host said is cut at the splits the
 // host sized (the mirrors must agree, as the contract says).

@@ -12,9 +12,9 @@
 
 #include "base/paged_attention.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/flashinfer_checks.h"
-#include "cuda/flashinfer_plan.h"
+#include "cuda/kernels/flashinfer/flashinfer_checks.h"
+#include "cuda/kernels/flashinfer/flashinfer_plan.h"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 
@@ -22,7 +22,7 @@ namespace polyops {
 // query token per sequence (what FlashInfer's Python API calls decode with
 // use_tensor_cores=True: the GQA group's query heads fill the tile rows, so
 // Hq / Hkv = 4 makes 4 useful rows instead of 1), the default where it
-// applies (docs/cuda_attention.md, "flashinfer"). Sharing the prefill
+// applies (docs/backends/cuda_attention.md, "flashinfer"). Sharing the prefill
 // instantiations with flash_attention's slot 1 costs no extra compile time.
 // The schedule is planned on the host from seq_lens_host (whose values
 // decide the lengths; block_table_host is accepted and not needed: the pages

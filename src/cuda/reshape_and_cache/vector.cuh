@@ -6,8 +6,8 @@
 
 #include "base/reshape_and_cache.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/rows.cuh"
+#include "cuda/kernels/rows/rows.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 namespace cuda {

@@ -3,17 +3,17 @@
 
 #include "base/rotary_embedding.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/rotary.cuh"
+#include "cuda/kernels/rotary/rotary.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 
 // Slot 0: one block per token rotating all its query and key heads
-// (cuda/rotary.cuh), cos/sin gathered from cos_sin_cache by positions on the
-// device. Positions cannot be checked on the host without a copy: a token
-// whose position is outside [0, max_pos) gets NaN in its rotary dims (the
-// CPU slot raises ValueError instead); nothing is read or written out of
-// bounds. Compiled, never executed on a GPU yet.
+// (cuda/kernels/rotary/rotary.cuh), cos/sin gathered from cos_sin_cache by
+// positions on the device. Positions cannot be checked on the host without a
+// copy: a token whose position is outside [0, max_pos) gets NaN in its rotary
+// dims (the CPU slot raises ValueError instead); nothing is read or written out
+// of bounds. Compiled, never executed on a GPU yet.
 template <>
 class Operator<RotaryEmbedding, Device::Type::kCuda, 0>
     : public RotaryEmbedding {

@@ -4,8 +4,8 @@
 #include "base/silu_and_mul.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/rows.cuh"
+#include "cuda/kernels/rows/rows.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 namespace cuda {

@@ -8,8 +8,8 @@
 #include "base/topk_topp_sampling.h"
 #include "core/dispatch.h"
 #include "core/operator.h"
-#include "cuda/common.cuh"
-#include "cuda/sampling.cuh"
+#include "cuda/kernels/sampling/sampling.cuh"
+#include "cuda/runtime/common.cuh"
 
 namespace polyops {
 
