@@ -132,6 +132,16 @@ def parse_header(header: pathlib.Path) -> OpSpec | None:
     if not ctor:
         raise SystemExit(f"{header}: no constructor of {class_name} found")
     params = [_parse_param(p, header) for p in _split_params(ctor.group(1))]
+    # The slots take the arguments as one `struct Args` (docs/contributing/add_slot.md);
+    # it must list the constructor's parameters, same order, names and types.
+    args = re.search(r"^\s*struct Args \{([^}]*)\};", source, re.M)
+    fields = args.group(1).split(";")[:-1] if args else []
+    members = [_parse_param(" ".join(field.split()), header) for field in fields]
+    if [(m.cpp_type, m.name) for m in members] != [(p.cpp_type, p.name) for p in params]:
+        raise SystemExit(
+            f"{header}: {class_name}::Args must list the constructor's parameters "
+            f"({', '.join(p.name for p in params)}) in order, without defaults"
+        )
     # Default<Out> allocators may come from a helper base header it includes.
     helpers = re.findall(r'#include "base/(\w+\.h)"', source)
     searched = source + "".join((header.parent / h).read_text() for h in helpers)
@@ -499,7 +509,7 @@ def emit_run(spec: OpSpec, devices: list[str]) -> str:
         f"  const DeviceScope scope(device, {op});",
         f"  const Handle handle = MakeHandle(device, stream, {op});",
         f"  RunKernel(release_gil && WorthReleasingGil({first.name}),",
-        f"            [&] {{ instance(handle, {args}); }});",
+        f"            [&] {{ instance(handle, {{{args}}}); }});",
         "}",
     ]
     return "\n".join(lines)
@@ -967,12 +977,11 @@ META_ACCESSORS = {
 def emit_meta_check(spec: OpSpec) -> str:
     """Check<Op>Meta: the base class constructor on views without data (CheckMeta)."""
     cls, op = spec.class_name, f'"{spec.name}"'
-    params = ", ".join(_cpp_arg_type(p) for p in spec.params)
     lines = [
         f"class MetaCheck{cls} final : public {cls} {{",
         " public:",
         f"  using {cls}::{cls};",
-        f"  void operator()(const Handle&, {params}) const override {{}}",
+        "  void operator()(const Handle&, const Args&) const override {}",
         "};",
         "",
         f"py::list Check{cls}Meta(const MetaArguments& args, bool is_out,",

@@ -41,15 +41,26 @@ class Add : public BinaryElementwise {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input", "out=other"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& other;
+    double alpha;
+    const std::optional<Tensor>& out;
+  };
+
   Add(const Tensor& input, const Tensor& other, double alpha = 1.0,
       const std::optional<Tensor>& out = std::nullopt)
       : BinaryElementwise(kName, input, other, out),
         alpha_(AlphaFor(dtype_, alpha)),
         alpha_is_one_(alpha == 1) {}
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& other, double alpha,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Add(const Args& args)
+      : Add(args.input, args.other, args.alpha, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input, const Tensor& other,
                                double /*alpha*/) {

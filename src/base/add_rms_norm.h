@@ -30,6 +30,18 @@ class AddRmsNorm : public OperatorBase {
   static constexpr const char* kAliases[] = {"y_out=x1", "y_out=x2", "x_out=x1",
                                              "x_out=x2"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& x1;
+    const Tensor& x2;
+    const Tensor& gamma;
+    double eps;
+    const std::optional<Tensor>& y_out;
+    const std::optional<Tensor>& x_out;
+  };
+
   AddRmsNorm(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
              double eps = 1e-6,
              const std::optional<Tensor>& y_out = std::nullopt,
@@ -66,10 +78,11 @@ class AddRmsNorm : public OperatorBase {
     dtype_ = x1.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& x1,
-                          const Tensor& x2, const Tensor& gamma, double eps,
-                          const std::optional<Tensor>& y_out,
-                          const std::optional<Tensor>& x_out) const = 0;
+  explicit AddRmsNorm(const Args& args)
+      : AddRmsNorm(args.x1, args.x2, args.gamma, args.eps, args.y_out,
+                   args.x_out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultYOut(const Tensor& x1, const Tensor& /*x2*/,
                                 const Tensor& /*gamma*/, double /*eps*/) {

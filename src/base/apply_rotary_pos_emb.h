@@ -37,6 +37,19 @@ class ApplyRotaryPosEmb : public OperatorBase {
   static constexpr const char* kName = "apply_rotary_pos_emb";
   static constexpr int kNumPositional = 4;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& query;
+    const std::optional<Tensor>& key;
+    const Tensor& cos;
+    const Tensor& sin;
+    bool is_neox_style;
+    const std::optional<Tensor>& query_out;
+    const std::optional<Tensor>& key_out;
+  };
+
   ApplyRotaryPosEmb(const Tensor& query, const std::optional<Tensor>& key,
                     const Tensor& cos, const Tensor& sin,
                     bool is_neox_style = true,
@@ -76,11 +89,11 @@ class ApplyRotaryPosEmb : public OperatorBase {
     dtype_ = query.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& query,
-                          const std::optional<Tensor>& key, const Tensor& cos,
-                          const Tensor& sin, bool is_neox_style,
-                          const std::optional<Tensor>& query_out,
-                          const std::optional<Tensor>& key_out) const = 0;
+  explicit ApplyRotaryPosEmb(const Args& args)
+      : ApplyRotaryPosEmb(args.query, args.key, args.cos, args.sin,
+                          args.is_neox_style, args.query_out, args.key_out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
  protected:
   RotaryGeometry geometry_;

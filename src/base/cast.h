@@ -28,6 +28,15 @@ class Cast : public OperatorBase {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    DataType dtype;
+    const std::optional<Tensor>& out;
+  };
+
   Cast(const Tensor& input, DataType dtype,
        const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -41,9 +50,9 @@ class Cast : public OperatorBase {
     to_ = dtype;
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          DataType dtype,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Cast(const Args& args) : Cast(args.input, args.dtype, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input, DataType dtype) {
     TensorMeta meta = MetaLike(input);

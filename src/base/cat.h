@@ -29,6 +29,15 @@ class Cat : public OperatorBase {
   static constexpr const char* kName = "cat";
   static constexpr int kNumPositional = 2;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const std::vector<Tensor>& tensors;
+    int64_t dim;
+    const std::optional<Tensor>& out;
+  };
+
   Cat(const std::vector<Tensor>& tensors, int64_t dim = 0,
       const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -89,9 +98,9 @@ class Cat : public OperatorBase {
     }
   }
 
-  virtual void operator()(const Handle& handle,
-                          const std::vector<Tensor>& tensors, int64_t dim,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Cat(const Args& args) : Cat(args.tensors, args.dim, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   // Runs before validation: any shape it cannot join is left for the
   // constructor to report, except an empty list, which has nothing to

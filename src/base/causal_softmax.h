@@ -33,6 +33,14 @@ class CausalSoftmax : public OperatorBase {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const std::optional<Tensor>& out;
+  };
+
   explicit CausalSoftmax(const Tensor& input,
                          const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -50,8 +58,10 @@ class CausalSoftmax : public OperatorBase {
     dtype_ = input.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit CausalSoftmax(const Args& args)
+      : CausalSoftmax(args.input, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input) { return MetaLike(input); }
 

@@ -110,6 +110,26 @@ class FlashAttention : public OperatorBase {
   // Bounds the kernels' per-thread stack tiles.
   static constexpr int64_t kMaxHeadSize = 256;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& query;
+    const Tensor& key;
+    const Tensor& value;
+    const Tensor& cu_seqlens_q;
+    const Tensor& cu_seqlens_kv;
+    const std::optional<Tensor>& block_table;
+    std::optional<double> scale;
+    bool causal;
+    int64_t window_left;
+    int64_t window_right;
+    std::optional<int64_t> sliding_window;
+    const std::optional<Tensor>& cu_seqlens_q_host;
+    const std::optional<Tensor>& cu_seqlens_kv_host;
+    const std::optional<Tensor>& out;
+  };
+
   FlashAttention(const Tensor& query, const Tensor& key, const Tensor& value,
                  const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
                  const std::optional<Tensor>& block_table = std::nullopt,
@@ -235,17 +255,14 @@ class FlashAttention : public OperatorBase {
     dtype_ = query.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& query,
-                          const Tensor& key, const Tensor& value,
-                          const Tensor& cu_seqlens_q,
-                          const Tensor& cu_seqlens_kv,
-                          const std::optional<Tensor>& block_table,
-                          std::optional<double> scale, bool causal,
-                          int64_t window_left, int64_t window_right,
-                          std::optional<int64_t> sliding_window,
-                          const std::optional<Tensor>& cu_seqlens_q_host,
-                          const std::optional<Tensor>& cu_seqlens_kv_host,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit FlashAttention(const Args& args)
+      : FlashAttention(args.query, args.key, args.value, args.cu_seqlens_q,
+                       args.cu_seqlens_kv, args.block_table, args.scale,
+                       args.causal, args.window_left, args.window_right,
+                       args.sliding_window, args.cu_seqlens_q_host,
+                       args.cu_seqlens_kv_host, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(
       const Tensor& query, const Tensor& /*key*/, const Tensor& /*value*/,

@@ -36,6 +36,20 @@ class Gemm : public GemmBase {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=c"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& a;
+    const Tensor& b;
+    const std::optional<Tensor>& c;
+    double alpha;
+    double beta;
+    bool trans_a;
+    bool trans_b;
+    const std::optional<Tensor>& out;
+  };
+
   Gemm(const Tensor& a, const Tensor& b,
        const std::optional<Tensor>& c = std::nullopt, double alpha = 1.0,
        double beta = 0.0, bool trans_a = false, bool trans_b = false,
@@ -49,10 +63,11 @@ class Gemm : public GemmBase {
                 RequireOutput(kName, "out", out));
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& a,
-                          const Tensor& b, const std::optional<Tensor>& c,
-                          double alpha, double beta, bool trans_a, bool trans_b,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Gemm(const Args& args)
+      : Gemm(args.a, args.b, args.c, args.alpha, args.beta, args.trans_a,
+             args.trans_b, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& a, const Tensor& b,
                                const std::optional<Tensor>& /*c*/,

@@ -29,6 +29,16 @@ class Linear : public GemmBase {
   static constexpr const char* kName = "linear";
   static constexpr int kNumPositional = 3;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& weight;
+    const std::optional<Tensor>& bias;
+    const std::optional<Tensor>& out;
+  };
+
   Linear(const Tensor& input, const Tensor& weight,
          const std::optional<Tensor>& bias = std::nullopt,
          const std::optional<Tensor>& out = std::nullopt) {
@@ -93,10 +103,10 @@ class Linear : public GemmBase {
     Finish(kName, "input", input, "weight", weight, output);
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& weight,
-                          const std::optional<Tensor>& bias,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Linear(const Args& args)
+      : Linear(args.input, args.weight, args.bias, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input, const Tensor& weight,
                                const std::optional<Tensor>& /*bias*/) {

@@ -36,6 +36,15 @@ class Matmul : public GemmBase {
   static constexpr const char* kName = "matmul";
   static constexpr int kNumPositional = 2;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& other;
+    const std::optional<Tensor>& out;
+  };
+
   Matmul(const Tensor& input, const Tensor& other,
          const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -124,9 +133,10 @@ class Matmul : public GemmBase {
     Finish(kName, "input", input, "other", other, output);
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& other,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Matmul(const Args& args)
+      : Matmul(args.input, args.other, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   // torch.matmul's result shape. Runs before validation: anything it cannot
   // read yields a meta the constructor then rejects.

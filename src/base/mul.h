@@ -25,13 +25,22 @@ class Mul : public BinaryElementwise {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input", "out=other"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& other;
+    const std::optional<Tensor>& out;
+  };
+
   Mul(const Tensor& input, const Tensor& other,
       const std::optional<Tensor>& out = std::nullopt)
       : BinaryElementwise(kName, input, other, out) {}
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& other,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Mul(const Args& args) : Mul(args.input, args.other, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 };
 
 }  // namespace polyops

@@ -59,6 +59,21 @@ class PagedAttention : public OperatorBase {
   // Bounds the kernels' per-thread stack tiles.
   static constexpr int64_t kMaxHeadSize = 256;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& query;
+    const Tensor& key_cache;
+    const Tensor& value_cache;
+    const Tensor& seq_lens;
+    const Tensor& block_table;
+    std::optional<double> scale;
+    const std::optional<Tensor>& seq_lens_host;
+    const std::optional<Tensor>& block_table_host;
+    const std::optional<Tensor>& out;
+  };
+
   PagedAttention(const Tensor& query, const Tensor& key_cache,
                  const Tensor& value_cache, const Tensor& seq_lens,
                  const Tensor& block_table,
@@ -142,13 +157,12 @@ class PagedAttention : public OperatorBase {
     dtype_ = query.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& query,
-                          const Tensor& key_cache, const Tensor& value_cache,
-                          const Tensor& seq_lens, const Tensor& block_table,
-                          std::optional<double> scale,
-                          const std::optional<Tensor>& seq_lens_host,
-                          const std::optional<Tensor>& block_table_host,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit PagedAttention(const Args& args)
+      : PagedAttention(args.query, args.key_cache, args.value_cache,
+                       args.seq_lens, args.block_table, args.scale,
+                       args.seq_lens_host, args.block_table_host, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(
       const Tensor& query, const Tensor& /*key_cache*/,

@@ -38,6 +38,17 @@ class ReshapeAndCache : public OperatorBase {
   // Written in place: the torch.library schema declares them Tensor(a!).
   static constexpr const char* kMutates[] = {"key_cache", "value_cache"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& key;
+    const Tensor& value;
+    const Tensor& key_cache;
+    const Tensor& value_cache;
+    const Tensor& slot_mapping;
+  };
+
   ReshapeAndCache(const Tensor& key, const Tensor& value,
                   const Tensor& key_cache, const Tensor& value_cache,
                   const Tensor& slot_mapping) {
@@ -88,10 +99,11 @@ class ReshapeAndCache : public OperatorBase {
     element_size_ = key.element_size();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& key,
-                          const Tensor& value, const Tensor& key_cache,
-                          const Tensor& value_cache,
-                          const Tensor& slot_mapping) const = 0;
+  explicit ReshapeAndCache(const Args& args)
+      : ReshapeAndCache(args.key, args.value, args.key_cache, args.value_cache,
+                        args.slot_mapping) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
  protected:
   int64_t tokens_ = 0;

@@ -30,6 +30,16 @@ class RmsNorm : public OperatorBase {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& weight;
+    double eps;
+    const std::optional<Tensor>& out;
+  };
+
   RmsNorm(const Tensor& input, const Tensor& weight, double eps = 1e-6,
           const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -53,9 +63,10 @@ class RmsNorm : public OperatorBase {
     dtype_ = input.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& weight, double eps,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit RmsNorm(const Args& args)
+      : RmsNorm(args.input, args.weight, args.eps, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input, const Tensor& /*weight*/,
                                double /*eps*/) {

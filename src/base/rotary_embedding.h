@@ -47,6 +47,21 @@ class RotaryEmbedding : public OperatorBase {
   static constexpr const char* kName = "rotary_embedding";
   static constexpr int kNumPositional = 6;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& positions;
+    const Tensor& query;
+    const std::optional<Tensor>& key;
+    int64_t head_size;
+    const Tensor& cos_sin_cache;
+    bool is_neox_style;
+    std::optional<int64_t> rotary_dim;
+    const std::optional<Tensor>& query_out;
+    const std::optional<Tensor>& key_out;
+  };
+
   RotaryEmbedding(const Tensor& positions, const Tensor& query,
                   const std::optional<Tensor>& key, int64_t head_size,
                   const Tensor& cos_sin_cache, bool is_neox_style = true,
@@ -93,12 +108,12 @@ class RotaryEmbedding : public OperatorBase {
     dtype_ = query.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& positions,
-                          const Tensor& query, const std::optional<Tensor>& key,
-                          int64_t head_size, const Tensor& cos_sin_cache,
-                          bool is_neox_style, std::optional<int64_t> rotary_dim,
-                          const std::optional<Tensor>& query_out,
-                          const std::optional<Tensor>& key_out) const = 0;
+  explicit RotaryEmbedding(const Args& args)
+      : RotaryEmbedding(args.positions, args.query, args.key, args.head_size,
+                        args.cos_sin_cache, args.is_neox_style, args.rotary_dim,
+                        args.query_out, args.key_out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
  protected:
   RotaryGeometry geometry_;

@@ -25,6 +25,14 @@ class SiluAndMul : public OperatorBase {
   static constexpr const char* kName = "silu_and_mul";
   static constexpr int kNumPositional = 1;
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const std::optional<Tensor>& out;
+  };
+
   explicit SiluAndMul(const Tensor& input,
                       const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -53,8 +61,9 @@ class SiluAndMul : public OperatorBase {
     dtype_ = input.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit SiluAndMul(const Args& args) : SiluAndMul(args.input, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input) {
     // Called before validation: must be safe for any input.

@@ -26,6 +26,15 @@ class Swiglu : public OperatorBase {
   // is a ValueError (core/overlap.h).
   static constexpr const char* kAliases[] = {"out=input", "out=gate"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& input;
+    const Tensor& gate;
+    const std::optional<Tensor>& out;
+  };
+
   Swiglu(const Tensor& input, const Tensor& gate,
          const std::optional<Tensor>& out = std::nullopt) {
     const Tensor& output = RequireOutput(kName, "out", out);
@@ -40,9 +49,9 @@ class Swiglu : public OperatorBase {
     dtype_ = input.dtype();
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& input,
-                          const Tensor& gate,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit Swiglu(const Args& args) : Swiglu(args.input, args.gate, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& input, const Tensor& /*gate*/) {
     return MetaLike(input);

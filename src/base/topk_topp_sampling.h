@@ -88,6 +88,18 @@ class TopkToppSampling : public OperatorBase {
   // whether it is given, so a new seed per step still hits the cache.
   static constexpr const char* kKeyedByPresence[] = {"seed"};
 
+  // The call's arguments, in the constructor's order. Slots take them as
+  // one struct: a new parameter touches this header and the slots that
+  // read it.
+  struct Args {
+    const Tensor& logits;
+    const ScalarOrTensor& top_k;
+    const ScalarOrTensor& top_p;
+    const std::optional<Tensor>& uniform;
+    std::optional<int64_t> seed;
+    const std::optional<Tensor>& out;
+  };
+
   TopkToppSampling(const Tensor& logits, const ScalarOrTensor& top_k,
                    const ScalarOrTensor& top_p,
                    const std::optional<Tensor>& uniform = std::nullopt,
@@ -163,12 +175,11 @@ class TopkToppSampling : public OperatorBase {
     CheckContiguous(kName, "out", output);
   }
 
-  virtual void operator()(const Handle& handle, const Tensor& logits,
-                          const ScalarOrTensor& top_k,
-                          const ScalarOrTensor& top_p,
-                          const std::optional<Tensor>& uniform,
-                          std::optional<int64_t> seed,
-                          const std::optional<Tensor>& out) const = 0;
+  explicit TopkToppSampling(const Args& args)
+      : TopkToppSampling(args.logits, args.top_k, args.top_p, args.uniform,
+                         args.seed, args.out) {}
+
+  virtual void operator()(const Handle& handle, const Args& args) const = 0;
 
   static TensorMeta DefaultOut(const Tensor& logits,
                                const ScalarOrTensor& /*top_k*/,

@@ -68,15 +68,17 @@ SlotTable CollectSlots() {
   return table;
 }
 
-// Constructs slot `slot` (already validated against CollectSlots).
-template <typename Key, Device::Type kDevice, typename... Args>
-std::shared_ptr<Key> MakeImplementation(int slot, const Args&... args) {
+// Constructs slot `slot` (already validated against CollectSlots) from the
+// op's arguments in constructor order, as one `Key::Args`.
+template <typename Key, Device::Type kDevice, typename... Params>
+std::shared_ptr<Key> MakeImplementation(int slot, const Params&... params) {
   std::shared_ptr<Key> made;
   detail::ForEachSlot([&](auto index) {
     constexpr int kSlot = decltype(index)::value;
     if constexpr (kHasImplementation<Key, kDevice, kSlot>) {
       if (slot == kSlot) {
-        made = std::make_shared<Operator<Key, kDevice, kSlot>>(args...);
+        made = std::make_shared<Operator<Key, kDevice, kSlot>>(
+            typename Key::Args{params...});
       }
     }
   });

@@ -67,7 +67,7 @@ void Run(int slot, const Params&... args) {
   if (!impl) throw std::runtime_error("no such CUDA slot");
   polyops::Handle handle;
   handle.device = Device{Device::Type::kCuda, 0};
-  (*impl)(handle, args...);
+  (*impl)(handle, typename Op::Args{args...});
 }
 
 // 16 spare words per storage: the emulated pointer alignment is what

@@ -19,20 +19,17 @@ class Operator<Add, Device::Type::kAscend, 0> : public Add {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& input, const Tensor& other, double alpha,
-           const std::optional<Tensor>& out)
-      : Add(input, other, alpha, out),
-        alpha_scalar_(ascend::ScalarOf(dtype_, alpha_)) {}
+  explicit Operator(const Args& args)
+      : Add(args), alpha_scalar_(ascend::ScalarOf(dtype_, alpha_)) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other, double,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnAdd", "8.0.RC1");
-    executor_.Run(kName, "aclnnAdd", handle,
-                  {ascend::Operand::In(input), ascend::Operand::In(other),
-                   ascend::Operand::Out(*out)},
-                  0, &Prepare, const_cast<Operator*>(this), launch);
+    executor_.Run(
+        kName, "aclnnAdd", handle,
+        {ascend::Operand::In(args.input), ascend::Operand::In(args.other),
+         ascend::Operand::Out(*args.out)},
+        0, &Prepare, const_cast<Operator*>(this), launch);
   }
 
  private:

@@ -20,24 +20,19 @@ class Operator<AddRmsNorm, Device::Type::kAscend, 0> : public AddRmsNorm {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
-           double eps = 1e-6, const std::optional<Tensor>& y_out = std::nullopt,
-           const std::optional<Tensor>& x_out = std::nullopt)
-      : AddRmsNorm(x1, x2, gamma, eps, y_out, x_out),
-        eps_(eps),
-        rstd_(ascend::RstdView(x1, &rstd_bytes_)) {}
+  explicit Operator(const Args& args)
+      : AddRmsNorm(args),
+        eps_(args.eps),
+        rstd_(ascend::RstdView(args.x1, &rstd_bytes_)) {}
 
-  void operator()(const Handle& handle, const Tensor& x1, const Tensor& x2,
-                  const Tensor& gamma, double,
-                  const std::optional<Tensor>& y_out,
-                  const std::optional<Tensor>& x_out) const override {
-    if (y_out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.y_out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnAddRmsNorm", "8.0.RC1");
     executor_.Run(
         kName, "aclnnAddRmsNorm", handle,
-        {ascend::Operand::In(x1), ascend::Operand::In(x2),
-         ascend::Operand::In(gamma), ascend::Operand::Out(*y_out),
-         ascend::Operand::Scratch(rstd_, 0), ascend::Operand::Out(*x_out)},
+        {ascend::Operand::In(args.x1), ascend::Operand::In(args.x2),
+         ascend::Operand::In(args.gamma), ascend::Operand::Out(*args.y_out),
+         ascend::Operand::Scratch(rstd_, 0), ascend::Operand::Out(*args.x_out)},
         rstd_bytes_, &Prepare, const_cast<Operator*>(this), launch);
   }
 

@@ -26,75 +26,74 @@ class Operator<AddRmsNorm, Device::Type::kAscend, 1> : public AddRmsNorm {
  public:
   static constexpr const char* kImplementationName = "inplace";
 
-  Operator(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
-           double eps = 1e-6, const std::optional<Tensor>& y_out = std::nullopt,
-           const std::optional<Tensor>& x_out = std::nullopt)
-      : AddRmsNorm(x1, x2, gamma, eps, y_out, x_out),
-        eps_(eps),
-        rstd_(ascend::RstdView(x1, &rstd_bytes_)) {}
+  explicit Operator(const Args& args)
+      : AddRmsNorm(args),
+        eps_(args.eps),
+        rstd_(ascend::RstdView(args.x1, &rstd_bytes_)) {}
 
-  void operator()(const Handle& handle, const Tensor& x1, const Tensor& x2,
-                  const Tensor& gamma, double,
-                  const std::optional<Tensor>& y_out,
-                  const std::optional<Tensor>& x_out) const override {
-    if (y_out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.y_out->numel() == 0) return;
     static const auto norm =
         ascend::Phase2("aclnnInplaceAddRmsNorm", "8.0.RC1");
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     using ascend::Operand;
-    const void* y = y_out->data();
-    const void* x = x_out->data();
-    const bool y_input = y == x1.data() || y == x2.data();
-    const bool x_input = x == x1.data() || x == x2.data();
+    const void* y = args.y_out->data();
+    const void* x = args.x_out->data();
+    const bool y_input = y == args.x1.data() || y == args.x2.data();
+    const bool x_input = x == args.x1.data() || x == args.x2.data();
     // What y_out and x_out must receive before the op (nullptr: nothing).
     const Tensor* y_source = nullptr;
     const Tensor* x_source = nullptr;
     if (y_input && !x_input) {
-      x_source = y == x1.data() ? &x2 : &x1;
+      x_source = y == args.x1.data() ? &args.x2 : &args.x1;
     } else if (!y_input && x_input) {
-      y_source = x == x1.data() ? &x2 : &x1;
+      y_source = x == args.x1.data() ? &args.x2 : &args.x1;
     } else if (!y_input && !x_input) {
-      y_source = &x1;
-      x_source = &x2;
+      y_source = &args.x1;
+      x_source = &args.x2;
     }
     // A cache per (destination, source): the two inputs may differ in
     // strides, and a cached executor keeps its operands' geometry.
-    const ascend::Step y_from_x1{&y_from_x1_,
-                                 "aclnnInplaceCopy",
-                                 {Operand::Ref(*y_out), Operand::In(x1)},
-                                 &ascend::PrepareInplaceCopy,
-                                 nullptr,
-                                 copy};
-    const ascend::Step y_from_x2{&y_from_x2_,
-                                 "aclnnInplaceCopy",
-                                 {Operand::Ref(*y_out), Operand::In(x2)},
-                                 &ascend::PrepareInplaceCopy,
-                                 nullptr,
-                                 copy};
-    const ascend::Step x_from_x1{&x_from_x1_,
-                                 "aclnnInplaceCopy",
-                                 {Operand::Ref(*x_out), Operand::In(x1)},
-                                 &ascend::PrepareInplaceCopy,
-                                 nullptr,
-                                 copy};
-    const ascend::Step x_from_x2{&x_from_x2_,
-                                 "aclnnInplaceCopy",
-                                 {Operand::Ref(*x_out), Operand::In(x2)},
-                                 &ascend::PrepareInplaceCopy,
-                                 nullptr,
-                                 copy};
+    const ascend::Step y_from_x1{
+        &y_from_x1_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*args.y_out), Operand::In(args.x1)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step y_from_x2{
+        &y_from_x2_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*args.y_out), Operand::In(args.x2)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step x_from_x1{
+        &x_from_x1_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*args.x_out), Operand::In(args.x1)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
+    const ascend::Step x_from_x2{
+        &x_from_x2_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*args.x_out), Operand::In(args.x2)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
     const ascend::Step norm_step{
         &norm_,
         "aclnnInplaceAddRmsNorm",
-        {Operand::Ref(*y_out), Operand::Ref(*x_out), Operand::In(gamma),
-         Operand::Scratch(rstd_, 0)},
+        {Operand::Ref(*args.y_out), Operand::Ref(*args.x_out),
+         Operand::In(args.gamma), Operand::Scratch(rstd_, 0)},
         &PrepareNorm,
         const_cast<Operator*>(this),
         norm};
     ascend::Step steps[3];
     size_t count = 0;
-    if (y_source) steps[count++] = y_source == &x1 ? y_from_x1 : y_from_x2;
-    if (x_source) steps[count++] = x_source == &x1 ? x_from_x1 : x_from_x2;
+    if (y_source) steps[count++] = y_source == &args.x1 ? y_from_x1 : y_from_x2;
+    if (x_source) steps[count++] = x_source == &args.x1 ? x_from_x1 : x_from_x2;
     steps[count++] = norm_step;
     ascend::RunSteps(kName, handle, rstd_bytes_, steps, count);
   }

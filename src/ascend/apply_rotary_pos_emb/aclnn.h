@@ -34,12 +34,7 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& query, const std::optional<Tensor>& key,
-           const Tensor& cos, const Tensor& sin, bool is_neox_style,
-           const std::optional<Tensor>& query_out,
-           const std::optional<Tensor>& key_out)
-      : ApplyRotaryPosEmb(query, key, cos, sin, is_neox_style, query_out,
-                          key_out) {
+  explicit Operator(const Args& args) : ApplyRotaryPosEmb(args) {
     const RotaryGeometry& g = geometry_;
     POLYOPS_CHECK_T(g.head_size == kHeadDim && g.rotary_dim == kHeadDim,
                     NotImplemented,
@@ -61,31 +56,29 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
     scratch_bytes_ = (g.has_key ? 2 : 3) * table_bytes_;
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const std::optional<Tensor>& key, const Tensor& cos,
-                  const Tensor& sin, bool,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     const RotaryGeometry& g = geometry_;
     if (g.tokens == 0) return;
     using ascend::Operand;
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     static const auto rope =
         ascend::Phase2("aclnnApplyRotaryPosEmbV2", "8.2.RC1.alpha002");
-    const Tensor q = Heads(query_out ? *query_out : query, g.query.heads);
+    const Tensor q =
+        Heads(args.query_out ? *args.query_out : args.query, g.query.heads);
     const Operand k =
-        key ? Operand::Ref(Heads(key_out ? *key_out : *key, g.key.heads))
-            : Operand::ScratchRef(Table(query), 2 * table_bytes_);
+        args.key ? Operand::Ref(Heads(args.key_out ? *args.key_out : *args.key,
+                                      g.key.heads))
+                 : Operand::ScratchRef(Table(args.query), 2 * table_bytes_);
     // The key copy's source (query when it does not run).
-    const Tensor key_in = key ? Heads(*key, g.key.heads) : q;
-    const Expansion c = Expand(cos, 0);
-    const Expansion s = Expand(sin, table_bytes_);
+    const Tensor key_in = args.key ? Heads(*args.key, g.key.heads) : q;
+    const Expansion c = Expand(args.cos, 0);
+    const Expansion s = Expand(args.sin, table_bytes_);
     // One unit: the cos/sin tables in scratch must not be overwritten by
     // another call on the stream before the rotation reads them.
     const ascend::Step query_step{
         &query_copy_,
         "aclnnInplaceCopy",
-        {Operand::Ref(q), Operand::In(Heads(query, g.query.heads))},
+        {Operand::Ref(q), Operand::In(Heads(args.query, g.query.heads))},
         &ascend::PrepareInplaceCopy,
         nullptr,
         copy};
@@ -104,15 +97,15 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kAscend, 0>
     const ascend::Step rope_step{
         &executor_,
         "aclnnApplyRotaryPosEmbV2",
-        {Operand::Ref(q), k, Operand::ScratchIn(Table(query), 0),
-         Operand::ScratchIn(Table(query), table_bytes_)},
+        {Operand::Ref(q), k, Operand::ScratchIn(Table(args.query), 0),
+         Operand::ScratchIn(Table(args.query), table_bytes_)},
         &Prepare,
         const_cast<Operator*>(this),
         rope};
     ascend::Step steps[5];
     size_t count = 0;
-    if (query_out) steps[count++] = query_step;
-    if (key && key_out) steps[count++] = key_step;
+    if (args.query_out) steps[count++] = query_step;
+    if (args.key && args.key_out) steps[count++] = key_step;
     steps[count++] = cos_step;
     steps[count++] = sin_step;
     steps[count++] = rope_step;

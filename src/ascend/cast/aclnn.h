@@ -17,14 +17,14 @@ class Operator<Cast, Device::Type::kAscend, 0> : public Cast {
   static constexpr const char* kImplementationName = "aclnn";
   using Cast::Cast;
 
-  void operator()(const Handle& handle, const Tensor& input, DataType,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnCast", "8.0.RC1");
-    ascend::AclDataType dtype = ascend::ToAcl(out->dtype());
-    executor_.Run(kName, "aclnnCast", handle,
-                  {ascend::Operand::In(input), ascend::Operand::Out(*out)}, 0,
-                  &ascend::PrepareCast, &dtype, launch);
+    ascend::AclDataType dtype = ascend::ToAcl(args.out->dtype());
+    executor_.Run(
+        kName, "aclnnCast", handle,
+        {ascend::Operand::In(args.input), ascend::Operand::Out(*args.out)}, 0,
+        &ascend::PrepareCast, &dtype, launch);
   }
 
  private:

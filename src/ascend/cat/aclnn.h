@@ -22,24 +22,21 @@ class Operator<Cat, Device::Type::kAscend, 0> : public Cat {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const std::vector<Tensor>& tensors, int64_t dim = 0,
-           const std::optional<Tensor>& out = std::nullopt)
-      : Cat(tensors, dim, out) {
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (tensors[i].numel() != 0) pieces_used_.push_back(i);
+  explicit Operator(const Args& args) : Cat(args) {
+    for (size_t i = 0; i < args.tensors.size(); ++i) {
+      if (args.tensors[i].numel() != 0) pieces_used_.push_back(i);
     }
   }
 
-  void operator()(const Handle& handle, const std::vector<Tensor>& tensors,
-                  int64_t, const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnCat", "8.0.RC1");
     std::vector<ascend::Operand> operands;
     operands.reserve(pieces_used_.size() + 1);
     for (size_t i : pieces_used_) {
-      operands.push_back(ascend::Operand::ListIn(tensors[i], 0));
+      operands.push_back(ascend::Operand::ListIn(args.tensors[i], 0));
     }
-    operands.push_back(ascend::Operand::Out(*out));
+    operands.push_back(ascend::Operand::Out(*args.out));
     executor_.Run(kName, "aclnnCat", handle, operands, 0, &Prepare,
                   const_cast<Operator*>(this), launch);
   }

@@ -36,16 +36,14 @@ class Operator<CausalSoftmax, Device::Type::kAscend, 0> : public CausalSoftmax {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  explicit Operator(const Tensor& input,
-                    const std::optional<Tensor>& out = std::nullopt)
-      : CausalSoftmax(input, out),
+  explicit Operator(const Args& args)
+      : CausalSoftmax(args),
         neg_inf_(ascend::ScalarFloat(-std::numeric_limits<float>::infinity())),
         zero_(ascend::ScalarFloat(0.0f)),
-        device_(input.device()) {}
+        device_(args.input.device()) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     static const auto fill =
         ascend::Phase2("aclnnInplaceMaskedFillScalar", "8.0.RC1");
@@ -57,41 +55,43 @@ class Operator<CausalSoftmax, Device::Type::kAscend, 0> : public CausalSoftmax {
       ascend::RunSteps(kName, handle, 0,
                        {{&softmax_,
                          "aclnnSoftmax",
-                         {Operand::In(input), Operand::Out(*out)},
+                         {Operand::In(args.input), Operand::Out(*args.out)},
                          &PrepareSoftmax,
                          nullptr,
                          softmax}});
       return;
     }
     UploadMasks();
-    const ascend::Step copy_step{&copy_,
-                                 "aclnnInplaceCopy",
-                                 {Operand::Ref(*out), Operand::In(input)},
-                                 &ascend::PrepareInplaceCopy,
-                                 nullptr,
-                                 copy};
+    const ascend::Step copy_step{
+        &copy_,
+        "aclnnInplaceCopy",
+        {Operand::Ref(*args.out), Operand::In(args.input)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
     const ascend::Step mask_step{&mask_fill_,
                                  "aclnnInplaceMaskedFillScalar",
-                                 {Operand::Ref(*out), Operand::In(mask_)},
+                                 {Operand::Ref(*args.out), Operand::In(mask_)},
                                  &ascend::PrepareInplaceMaskedFillScalar,
                                  neg_inf,
                                  fill};
-    const ascend::Step softmax_step{&softmax_,
-                                    "aclnnSoftmax",
-                                    {Operand::In(*out), Operand::Out(*out)},
-                                    &PrepareSoftmax,
-                                    nullptr,
-                                    softmax};
+    const ascend::Step softmax_step{
+        &softmax_,
+        "aclnnSoftmax",
+        {Operand::In(*args.out), Operand::Out(*args.out)},
+        &PrepareSoftmax,
+        nullptr,
+        softmax};
     const ascend::Step zero_step{&zero_fill_,
                                  "aclnnInplaceMaskedFillScalar",
-                                 {Operand::Ref(*out), Operand::In(mask_)},
+                                 {Operand::Ref(*args.out), Operand::In(mask_)},
                                  &ascend::PrepareInplaceMaskedFillScalar,
                                  zero,
                                  fill};
     ascend::Step steps[4];
     size_t count = 0;
     // The kAliases check admits only out == input exactly (same view).
-    if (out->data() != input.data()) steps[count++] = copy_step;
+    if (args.out->data() != args.input.data()) steps[count++] = copy_step;
     steps[count++] = mask_step;
     steps[count++] = softmax_step;
     steps[count++] = zero_step;

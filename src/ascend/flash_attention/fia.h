@@ -42,18 +42,7 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "fia_v3";
 
-  Operator(const Tensor& query, const Tensor& key, const Tensor& value,
-           const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
-           const std::optional<Tensor>& block_table,
-           std::optional<double> scale, bool causal, int64_t window_left,
-           int64_t window_right, std::optional<int64_t> sliding_window,
-           const std::optional<Tensor>& cu_seqlens_q_host,
-           const std::optional<Tensor>& cu_seqlens_kv_host,
-           const std::optional<Tensor>& out)
-      : FlashAttention(query, key, value, cu_seqlens_q, cu_seqlens_kv,
-                       block_table, scale, causal, window_left, window_right,
-                       sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
-                       out) {
+  explicit Operator(const Args& args) : FlashAttention(args) {
     ascend::CheckFiaDtype(kName, ascend::kFiaApi, dtype_);
     // Causal hides every key right of the diagonal: a right window of 0.
     const int64_t left = window_left_;
@@ -69,19 +58,11 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
     }
   }
 
-  void operator()(const Handle& handle, const Tensor& query, const Tensor& key,
-                  const Tensor& value, const Tensor& cu_seqlens_q,
-                  const Tensor& cu_seqlens_kv,
-                  const std::optional<Tensor>& block_table,
-                  std::optional<double>, bool, int64_t, int64_t,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& cu_seqlens_q_host,
-                  const std::optional<Tensor>& cu_seqlens_kv_host,
-                  const std::optional<Tensor>& out) const override {
-    const std::vector<int64_t> cu_q =
-        ascend::HostInts(handle, cu_seqlens_q, cu_seqlens_q_host, kName);
-    const std::vector<int64_t> cu_kv =
-        ascend::HostInts(handle, cu_seqlens_kv, cu_seqlens_kv_host, kName);
+  void operator()(const Handle& handle, const Args& args) const override {
+    const std::vector<int64_t> cu_q = ascend::HostInts(
+        handle, args.cu_seqlens_q, args.cu_seqlens_q_host, kName);
+    const std::vector<int64_t> cu_kv = ascend::HostInts(
+        handle, args.cu_seqlens_kv, args.cu_seqlens_kv_host, kName);
     CheckCuSeqlens(cu_q.data(), cu_kv.data(), batch_, num_tokens_q_,
                    num_tokens_kv_);
     ascend::FiaCall call;
@@ -94,12 +75,13 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
                     max_blocks_, " blocks of ", block_size_, ")");
       call.kv_lengths.push_back(paged_ ? kv_len : cu_kv[b + 1]);
     }
-    if (out->numel() == 0) return;  // no query token (then batch_ may be 0)
-    call.query = query;
-    call.key = paged_ ? ascend::PagedCacheView(key) : key;
-    call.value = paged_ ? ascend::PagedCacheView(value) : value;
-    call.block_table = paged_ ? &*block_table : nullptr;
-    call.out = *out;
+    if (args.out->numel() == 0)
+      return;  // no query token (then batch_ may be 0)
+    call.query = args.query;
+    call.key = paged_ ? ascend::PagedCacheView(args.key) : args.key;
+    call.value = paged_ ? ascend::PagedCacheView(args.value) : args.value;
+    call.block_table = paged_ ? &*args.block_table : nullptr;
+    call.out = *args.out;
     call.num_heads = num_heads_;
     call.num_kv_heads = num_kv_heads_;
     call.scale = scale_;

@@ -27,36 +27,32 @@ class Operator<Gemm, Device::Type::kAscend, 0> : public Gemm {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c,
-           double alpha, double beta, bool trans_a, bool trans_b,
-           const std::optional<Tensor>& out)
-      : Gemm(a, b, c, alpha, beta, trans_a, trans_b, out),
-        reads_c_(c.has_value() && beta != 0.0),
-        empty_product_(alpha == 0.0 || layout_.k == 0),
-        matmul_(!empty_product_ && !reads_c_ && alpha == 1.0),
-        alpha_scalar_(ascend::ScalarFloat(alpha)),
-        beta_scalar_(ascend::ScalarFloat(reads_c_ ? beta : 0.0)) {}
+  explicit Operator(const Args& args)
+      : Gemm(args),
+        reads_c_(args.c.has_value() && args.beta != 0.0),
+        empty_product_(args.alpha == 0.0 || layout_.k == 0),
+        matmul_(!empty_product_ && !reads_c_ && args.alpha == 1.0),
+        alpha_scalar_(ascend::ScalarFloat(args.alpha)),
+        beta_scalar_(ascend::ScalarFloat(reads_c_ ? args.beta : 0.0)) {}
 
-  void operator()(const Handle& handle, const Tensor& a, const Tensor& b,
-                  const std::optional<Tensor>& c, double, double, bool trans_a,
-                  bool trans_b,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     if (matmul_) {
       ascend::RunMatmul(executor_, kName, handle,
-                        ascend::Transposed(a, trans_a),
-                        ascend::Transposed(b, trans_b), *out);
+                        ascend::Transposed(args.a, args.trans_a),
+                        ascend::Transposed(args.b, args.trans_b), *args.out);
       return;
     }
     const GemmLayout& l = layout_;
-    const bool batched = out->ndim() == 3;
+    const bool batched = args.out->ndim() == 3;
     const int64_t k = empty_product_ ? 0 : l.k;
     const Tensor a_view =
-        ascend::MatrixView(a, l.a, l.batch, batched, l.m, k, *out);
+        ascend::MatrixView(args.a, l.a, l.batch, batched, l.m, k, *args.out);
     const Tensor b_view =
-        ascend::MatrixView(b, l.b, l.batch, batched, k, l.n, *out);
-    ascend::RunAddmm(executor_, kName, handle, reads_c_ ? *c : *out, a_view,
-                     b_view, beta_scalar_.get(), alpha_scalar_.get(), *out);
+        ascend::MatrixView(args.b, l.b, l.batch, batched, k, l.n, *args.out);
+    ascend::RunAddmm(executor_, kName, handle, reads_c_ ? *args.c : *args.out,
+                     a_view, b_view, beta_scalar_.get(), alpha_scalar_.get(),
+                     *args.out);
   }
 
  private:

@@ -25,31 +25,29 @@ class Operator<Linear, Device::Type::kAscend, 0> : public Linear {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& input, const Tensor& weight,
-           const std::optional<Tensor>& bias, const std::optional<Tensor>& out)
-      : Linear(input, weight, bias, out), one_(ascend::ScalarFloat(1.0)) {}
+  explicit Operator(const Args& args)
+      : Linear(args), one_(ascend::ScalarFloat(1.0)) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& weight, const std::optional<Tensor>& bias,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     const GemmLayout& l = layout_;
     const bool batched = l.batch > 1;
-    const Tensor x =
-        ascend::MatrixView(input, l.a, l.batch, batched, l.m, l.k, *out);
-    const Tensor y =
-        ascend::MatrixView(*out, l.out, l.batch, batched, l.m, l.n, *out);
+    const Tensor x = ascend::MatrixView(args.input, l.a, l.batch, batched, l.m,
+                                        l.k, *args.out);
+    const Tensor y = ascend::MatrixView(*args.out, l.out, l.batch, batched, l.m,
+                                        l.n, *args.out);
     const Tensor weight_t =
-        ascend::MatrixView(weight, l.b, 1, false, l.k, l.n, *out);
-    if (!bias) {
+        ascend::MatrixView(args.weight, l.b, 1, false, l.k, l.n, *args.out);
+    if (!args.bias) {
       ascend::RunMatmul(executor_, kName, handle, x, weight_t, y);
       return;
     }
-    const Tensor weight_b =
-        batched ? ascend::MatrixView(weight, l.b, l.batch, true, l.k, l.n, *out)
-                : weight_t;
-    ascend::RunAddmm(executor_, kName, handle, *bias, x, weight_b, one_.get(),
-                     one_.get(), y);
+    const Tensor weight_b = batched
+                                ? ascend::MatrixView(args.weight, l.b, l.batch,
+                                                     true, l.k, l.n, *args.out)
+                                : weight_t;
+    ascend::RunAddmm(executor_, kName, handle, *args.bias, x, weight_b,
+                     one_.get(), one_.get(), y);
   }
 
  private:

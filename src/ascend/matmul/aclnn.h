@@ -21,14 +21,16 @@ class Operator<Matmul, Device::Type::kAscend, 0> : public Matmul {
   static constexpr const char* kImplementationName = "aclnn";
   using Matmul::Matmul;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     // Empty operands (k == 0) may have no address: point them at out.
-    const Tensor a = input.numel() == 0 ? input.WithData(out->data()) : input;
-    const Tensor b = other.numel() == 0 ? other.WithData(out->data()) : other;
-    ascend::RunMatmul(executor_, kName, handle, a, b, *out);
+    const Tensor a = args.input.numel() == 0
+                         ? args.input.WithData(args.out->data())
+                         : args.input;
+    const Tensor b = args.other.numel() == 0
+                         ? args.other.WithData(args.out->data())
+                         : args.other;
+    ascend::RunMatmul(executor_, kName, handle, a, b, *args.out);
   }
 
  private:

@@ -18,15 +18,14 @@ class Operator<Mul, Device::Type::kAscend, 0> : public Mul {
   static constexpr const char* kImplementationName = "aclnn";
   using Mul::Mul;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnMul", "8.0.RC1");
-    executor_.Run(kName, "aclnnMul", handle,
-                  {ascend::Operand::In(input), ascend::Operand::In(other),
-                   ascend::Operand::Out(*out)},
-                  0, &ascend::PrepareMul, nullptr, launch);
+    executor_.Run(
+        kName, "aclnnMul", handle,
+        {ascend::Operand::In(args.input), ascend::Operand::In(args.other),
+         ascend::Operand::Out(*args.out)},
+        0, &ascend::PrepareMul, nullptr, launch);
   }
 
  private:

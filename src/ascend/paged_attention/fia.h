@@ -34,34 +34,21 @@ class Operator<PagedAttention, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "fia_v3";
 
-  Operator(const Tensor& query, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& seq_lens,
-           const Tensor& block_table, std::optional<double> scale,
-           const std::optional<Tensor>& seq_lens_host,
-           const std::optional<Tensor>& block_table_host,
-           const std::optional<Tensor>& out)
-      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
-                       scale, seq_lens_host, block_table_host, out) {
+  explicit Operator(const Args& args) : PagedAttention(args) {
     ascend::CheckFiaDtype(kName, ascend::kFiaApi, dtype_);
     for (int64_t b = 1; b <= batch_; ++b) query_ends_.push_back(b);
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& seq_lens, const Tensor& block_table,
-                  std::optional<double>,
-                  const std::optional<Tensor>& seq_lens_host,
-                  const std::optional<Tensor>&,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     ascend::FiaCall call;
-    call.kv_lengths = ascend::CheckedSeqLens(handle, seq_lens, seq_lens_host,
-                                             max_blocks_, block_size_);
-    if (out->numel() == 0) return;
-    call.query = query;
-    call.key = ascend::PagedCacheView(key_cache);
-    call.value = ascend::PagedCacheView(value_cache);
-    call.block_table = &block_table;
-    call.out = *out;
+    call.kv_lengths = ascend::CheckedSeqLens(
+        handle, args.seq_lens, args.seq_lens_host, max_blocks_, block_size_);
+    if (args.out->numel() == 0) return;
+    call.query = args.query;
+    call.key = ascend::PagedCacheView(args.key_cache);
+    call.value = ascend::PagedCacheView(args.value_cache);
+    call.block_table = &args.block_table;
+    call.out = *args.out;
     call.q_ends = query_ends_;
     call.num_heads = num_heads_;
     call.num_kv_heads = num_kv_heads_;

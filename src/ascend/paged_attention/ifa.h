@@ -29,37 +29,24 @@ class Operator<PagedAttention, Device::Type::kAscend, 1>
  public:
   static constexpr const char* kImplementationName = "ifa_v4";
 
-  Operator(const Tensor& query, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& seq_lens,
-           const Tensor& block_table, std::optional<double> scale,
-           const std::optional<Tensor>& seq_lens_host,
-           const std::optional<Tensor>& block_table_host,
-           const std::optional<Tensor>& out)
-      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
-                       scale, seq_lens_host, block_table_host, out) {
+  explicit Operator(const Args& args) : PagedAttention(args) {
     ascend::CheckFiaDtype(kName, kApi, dtype_);
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& seq_lens, const Tensor& block_table,
-                  std::optional<double>,
-                  const std::optional<Tensor>& seq_lens_host,
-                  const std::optional<Tensor>&,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     const std::vector<int64_t> lengths = ascend::CheckedSeqLens(
-        handle, seq_lens, seq_lens_host, max_blocks_, block_size_);
-    if (out->numel() == 0) return;
+        handle, args.seq_lens, args.seq_lens_host, max_blocks_, block_size_);
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2(kApi, kSince);
     ascend::OneShotCall arrays(kName);  // owns the lengths until the launch
     Phase1Context context{this, arrays.IntArray(lengths)};
     const ascend::AttentionOperands operands{
-        OneTokenView(query),
-        ascend::PagedCacheView(key_cache),
-        ascend::PagedCacheView(value_cache),
+        OneTokenView(args.query),
+        ascend::PagedCacheView(args.key_cache),
+        ascend::PagedCacheView(args.value_cache),
         std::nullopt,
-        &block_table,
-        OneTokenView(*out)};
+        &args.block_table,
+        OneTokenView(*args.out)};
     ascend::RunPagedApi(kName, kApi, handle, operands, &Phase1, &context,
                         launch);
   }

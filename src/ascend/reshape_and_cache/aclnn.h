@@ -51,11 +51,8 @@ class Operator<ReshapeAndCache, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& key, const Tensor& value, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& slot_mapping)
-      : ReshapeAndCache(key, value, key_cache, value_cache, slot_mapping),
-        strides_({1, 1}),
-        offsets_({0, 0}) {
+  explicit Operator(const Args& args)
+      : ReshapeAndCache(args), strides_({1, 1}), offsets_({0, 0}) {
     const std::string& version = ascend::GetRuntime().version;
     if (!ascend::HasScatterPaKvCacheV83(version)) {
       throw BackendError(detail::Concat(
@@ -66,60 +63,60 @@ class Operator<ReshapeAndCache, Device::Type::kAscend, 0>
           " (8.3.RC1.alpha003 has a shorter prototype under the same name)"));
     }
     POLYOPS_CHECK_T(
-        key_cache.IsContiguous() && value_cache.IsContiguous(), NotImplemented,
+        args.key_cache.IsContiguous() && args.value_cache.IsContiguous(),
+        NotImplemented,
         "polyops.reshape_and_cache on npu is not supported for ",
-        DataTypeName(key.dtype()), " caches with strides ",
-        key_cache.StridesString(), " / ", value_cache.StridesString(),
+        DataTypeName(args.key.dtype()), " caches with strides ",
+        args.key_cache.StridesString(), " / ", args.value_cache.StridesString(),
         " (views into one K/V allocation, NHD or HND) because "
         "aclnnScatterPaKvCache takes contiguous [num_blocks, block_size, "
         "Hkv, D] caches");
     POLYOPS_CHECK_T(tokens_ <= 1 || slot_stride_ == 1, NotImplemented,
                     "polyops.reshape_and_cache on npu is not supported for a "
                     "strided slot_mapping (stride ",
-                    slot_stride_, ", ", DataTypeName(key.dtype()),
+                    slot_stride_, ", ", DataTypeName(args.key.dtype()),
                     " key) because aclnnScatterPaKvCache takes it contiguous");
-    copy_key_ = !key.IsContiguous();
-    copy_value_ = !value.IsContiguous();
-    const int64_t bytes = key.numel() * element_size_;
+    copy_key_ = !args.key.IsContiguous();
+    copy_value_ = !args.value.IsContiguous();
+    const int64_t bytes = args.key.numel() * element_size_;
     if (copy_key_) scratch_bytes_ = ascend::ScratchAlign(bytes);
     value_offset_ = scratch_bytes_;
     if (copy_value_) scratch_bytes_ += ascend::ScratchAlign(bytes);
   }
 
-  void operator()(const Handle& handle, const Tensor& key, const Tensor& value,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& slot_mapping) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (tokens_ == 0) return;
     using ascend::Operand;
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     static const auto scatter =
         ascend::Phase2("aclnnScatterPaKvCache", "8.3.RC1");
-    const Operand k = copy_key_ ? Operand::ScratchIn(Rows(Packed(key)), 0)
-                                : Operand::In(Rows(key));
-    const Operand v =
-        copy_value_ ? Operand::ScratchIn(Rows(Packed(value)), value_offset_)
-                    : Operand::In(Rows(value));
+    const Operand k = copy_key_ ? Operand::ScratchIn(Rows(Packed(args.key)), 0)
+                                : Operand::In(Rows(args.key));
+    const Operand v = copy_value_ ? Operand::ScratchIn(Rows(Packed(args.value)),
+                                                       value_offset_)
+                                  : Operand::In(Rows(args.value));
     // One unit: the packed copies in scratch must not be overwritten by
     // another call on the stream before the scatter reads them.
     const ascend::Step key_step{
         &key_copy_,
         "aclnnInplaceCopy",
-        {Operand::ScratchRef(Packed(key), 0), Operand::In(key)},
+        {Operand::ScratchRef(Packed(args.key), 0), Operand::In(args.key)},
         &ascend::PrepareInplaceCopy,
         nullptr,
         copy};
     const ascend::Step value_step{
         &value_copy_,
         "aclnnInplaceCopy",
-        {Operand::ScratchRef(Packed(value), value_offset_), Operand::In(value)},
+        {Operand::ScratchRef(Packed(args.value), value_offset_),
+         Operand::In(args.value)},
         &ascend::PrepareInplaceCopy,
         nullptr,
         copy};
     const ascend::Step scatter_step{
         &executor_,
         "aclnnScatterPaKvCache",
-        {k, Operand::Ref(Rows(key_cache)), Operand::In(slot_mapping), v,
-         Operand::Ref(Rows(value_cache))},
+        {k, Operand::Ref(Rows(args.key_cache)), Operand::In(args.slot_mapping),
+         v, Operand::Ref(Rows(args.value_cache))},
         &Prepare,
         const_cast<Operator*>(this),
         scatter};

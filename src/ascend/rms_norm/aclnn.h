@@ -19,21 +19,18 @@ class Operator<RmsNorm, Device::Type::kAscend, 0> : public RmsNorm {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& input, const Tensor& weight, double eps = 1e-6,
-           const std::optional<Tensor>& out = std::nullopt)
-      : RmsNorm(input, weight, eps, out),
-        eps_(eps),
-        rstd_(ascend::RstdView(input, &rstd_bytes_)) {}
+  explicit Operator(const Args& args)
+      : RmsNorm(args),
+        eps_(args.eps),
+        rstd_(ascend::RstdView(args.input, &rstd_bytes_)) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& weight, double,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto launch = ascend::Phase2("aclnnRmsNorm", "8.0.RC1");
     executor_.Run(
         kName, "aclnnRmsNorm", handle,
-        {ascend::Operand::In(input), ascend::Operand::In(weight),
-         ascend::Operand::Out(*out), ascend::Operand::Scratch(rstd_, 0)},
+        {ascend::Operand::In(args.input), ascend::Operand::In(args.weight),
+         ascend::Operand::Out(*args.out), ascend::Operand::Scratch(rstd_, 0)},
         rstd_bytes_, &Prepare, const_cast<Operator*>(this), launch);
   }
 

@@ -38,14 +38,7 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& positions, const Tensor& query,
-           const std::optional<Tensor>& key, int64_t head_size,
-           const Tensor& cos_sin_cache, bool is_neox_style,
-           std::optional<int64_t> rotary_dim,
-           const std::optional<Tensor>& query_out,
-           const std::optional<Tensor>& key_out)
-      : RotaryEmbedding(positions, query, key, head_size, cos_sin_cache,
-                        is_neox_style, rotary_dim, query_out, key_out) {
+  explicit Operator(const Args& args) : RotaryEmbedding(args) {
     const RotaryGeometry& g = geometry_;
     const int64_t multiple = dtype_ == DataType::kFloat32 ? 16 : 32;
     POLYOPS_CHECK_T(g.head_size % multiple == 0 && g.rotary_dim % multiple == 0,
@@ -85,12 +78,7 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
     }
   }
 
-  void operator()(const Handle& handle, const Tensor& positions,
-                  const Tensor& query, const std::optional<Tensor>& key,
-                  int64_t, const Tensor& cos_sin_cache, bool,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     const RotaryGeometry& g = geometry_;
     if (g.tokens == 0) return;
     using ascend::Operand;
@@ -99,16 +87,18 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
         ascend::Phase2("aclnnRopeWithSinCosCache", "8.1.RC1.beta1");
     const bool widen = position_dtype_ == DataType::kInt32;
     const Tensor wide =
-        View(positions, DataType::kInt64, nullptr, {g.tokens}, {1});
-    const Tensor& q_out = query_out ? *query_out : query;
+        View(args.positions, DataType::kInt64, nullptr, {g.tokens}, {1});
+    const Tensor& q_out = args.query_out ? *args.query_out : args.query;
     const Tensor first_head =
-        View(query, dtype_, query.data(), {g.tokens, g.head_size},
+        View(args.query, dtype_, args.query.data(), {g.tokens, g.head_size},
              {g.query.token_stride, 1});
-    const Operand key_in =
-        key ? Operand::In(Flat(*key, g.key)) : Operand::In(first_head);
+    const Operand key_in = args.key ? Operand::In(Flat(*args.key, g.key))
+                                    : Operand::In(first_head);
     const Operand key_result =
-        key ? Operand::Out(Flat(key_out ? *key_out : *key, g.key_out))
-            : Operand::Scratch(View(query, dtype_, nullptr,
+        args.key
+            ? Operand::Out(
+                  Flat(args.key_out ? *args.key_out : *args.key, g.key_out))
+            : Operand::Scratch(View(args.query, dtype_, nullptr,
                                     {g.tokens, g.head_size}, {g.head_size, 1}),
                                key_offset_);
     // One unit: the int64 positions in scratch must not be overwritten by
@@ -116,15 +106,16 @@ class Operator<RotaryEmbedding, Device::Type::kAscend, 0>
     const ascend::Step cast_step{
         &cast_,
         "aclnnCast",
-        {Operand::In(positions), Operand::Scratch(wide, 0)},
+        {Operand::In(args.positions), Operand::Scratch(wide, 0)},
         &ascend::PrepareCast,
         const_cast<ascend::AclDataType*>(&kWidePositions),
         cast};
     const ascend::Step rope_step{
         &executor_,
         "aclnnRopeWithSinCosCache",
-        {widen ? Operand::ScratchIn(wide, 0) : Operand::In(positions),
-         Operand::In(Flat(query, g.query)), key_in, Operand::In(cos_sin_cache),
+        {widen ? Operand::ScratchIn(wide, 0) : Operand::In(args.positions),
+         Operand::In(Flat(args.query, g.query)), key_in,
+         Operand::In(args.cos_sin_cache),
          Operand::Out(Flat(q_out, g.query_out)), key_result},
         &Prepare,
         const_cast<Operator*>(this),

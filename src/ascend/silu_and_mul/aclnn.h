@@ -21,39 +21,39 @@ class Operator<SiluAndMul, Device::Type::kAscend, 0> : public SiluAndMul {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  explicit Operator(const Tensor& input,
-                    const std::optional<Tensor>& out = std::nullopt)
-      : SiluAndMul(input, out),
-        copy_in_(!input.IsContiguous()),
-        copy_out_(!out->IsContiguous()) {
+  explicit Operator(const Args& args)
+      : SiluAndMul(args),
+        copy_in_(!args.input.IsContiguous()),
+        copy_out_(!args.out->IsContiguous()) {
     int64_t in_bytes = 0, out_bytes = 0;
-    x_ = ascend::ContiguousLike(input, &in_bytes);
-    y_ = ascend::ContiguousLike(*out, &out_bytes);
+    x_ = ascend::ContiguousLike(args.input, &in_bytes);
+    y_ = ascend::ContiguousLike(*args.out, &out_bytes);
     out_offset_ = copy_in_ ? ascend::ScratchAlign(in_bytes) : 0;
     scratch_bytes_ = out_offset_ + (copy_out_ ? out_bytes : 0);
   }
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto swiglu = ascend::Phase2("aclnnSwiGlu", "8.0.RC1");
     static const auto copy = ascend::Phase2("aclnnInplaceCopy", "8.0.RC1");
     using ascend::Operand;
-    const Operand x = copy_in_ ? Operand::ScratchIn(x_, 0) : Operand::In(input);
+    const Operand x =
+        copy_in_ ? Operand::ScratchIn(x_, 0) : Operand::In(args.input);
     const Operand y =
-        copy_out_ ? Operand::Scratch(y_, out_offset_) : Operand::Out(*out);
-    const ascend::Step in_step{&in_,
-                               "aclnnInplaceCopy",
-                               {Operand::ScratchRef(x_, 0), Operand::In(input)},
-                               &ascend::PrepareInplaceCopy,
-                               nullptr,
-                               copy};
+        copy_out_ ? Operand::Scratch(y_, out_offset_) : Operand::Out(*args.out);
+    const ascend::Step in_step{
+        &in_,
+        "aclnnInplaceCopy",
+        {Operand::ScratchRef(x_, 0), Operand::In(args.input)},
+        &ascend::PrepareInplaceCopy,
+        nullptr,
+        copy};
     const ascend::Step glu_step{&glu_,          "aclnnSwiGlu", {x, y},
                                 &PrepareSwiGlu, nullptr,       swiglu};
     const ascend::Step out_step{
         &out_,
         "aclnnInplaceCopy",
-        {Operand::Ref(*out), Operand::ScratchIn(y_, out_offset_)},
+        {Operand::Ref(*args.out), Operand::ScratchIn(y_, out_offset_)},
         &ascend::PrepareInplaceCopy,
         nullptr,
         copy};

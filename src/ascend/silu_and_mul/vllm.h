@@ -23,38 +23,36 @@ class Operator<SiluAndMul, Device::Type::kAscend, 1> : public SiluAndMul {
  public:
   static constexpr const char* kImplementationName = "vllm";
 
-  explicit Operator(const Tensor& input,
-                    const std::optional<Tensor>& out = std::nullopt)
-      : SiluAndMul(input, out),
-        tmp_(ascend::ContiguousLike(*out, &tmp_bytes_)) {}
+  explicit Operator(const Args& args)
+      : SiluAndMul(args),
+        tmp_(ascend::ContiguousLike(*args.out, &tmp_bytes_)) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto silu = ascend::Phase2("aclnnSilu", "8.0.RC1");
     static const auto mul = ascend::Phase2("aclnnMul", "8.0.RC1");
     // The halves: out's shape with input's strides, the up half up_offset_
     // elements further on.
-    const Tensor gate =
-        Tensor::FromParts(input.data(), out->ndim(), out->shape(),
-                          input.strides(), input.dtype(), input.device());
+    const Tensor gate = Tensor::FromParts(
+        args.input.data(), args.out->ndim(), args.out->shape(),
+        args.input.strides(), args.input.dtype(), args.input.device());
     const Tensor up = gate.WithData(static_cast<char*>(gate.data()) +
-                                    up_offset_ * input.element_size());
+                                    up_offset_ * args.input.element_size());
     using ascend::Operand;
-    ascend::RunSteps(
-        kName, handle, tmp_bytes_,
-        {{&silu_,
-          "aclnnSilu",
-          {Operand::In(gate), Operand::Scratch(tmp_, 0)},
-          &ascend::PrepareSilu,
-          nullptr,
-          silu},
-         {&mul_,
-          "aclnnMul",
-          {Operand::ScratchIn(tmp_, 0), Operand::In(up), Operand::Out(*out)},
-          &ascend::PrepareMul,
-          nullptr,
-          mul}});
+    ascend::RunSteps(kName, handle, tmp_bytes_,
+                     {{&silu_,
+                       "aclnnSilu",
+                       {Operand::In(gate), Operand::Scratch(tmp_, 0)},
+                       &ascend::PrepareSilu,
+                       nullptr,
+                       silu},
+                      {&mul_,
+                       "aclnnMul",
+                       {Operand::ScratchIn(tmp_, 0), Operand::In(up),
+                        Operand::Out(*args.out)},
+                       &ascend::PrepareMul,
+                       nullptr,
+                       mul}});
   }
 
  private:

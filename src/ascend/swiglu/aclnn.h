@@ -22,31 +22,28 @@ class Operator<Swiglu, Device::Type::kAscend, 0> : public Swiglu {
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& input, const Tensor& gate,
-           const std::optional<Tensor>& out = std::nullopt)
-      : Swiglu(input, gate, out),
-        tmp_(ascend::ContiguousLike(input, &tmp_bytes_)) {}
+  explicit Operator(const Args& args)
+      : Swiglu(args), tmp_(ascend::ContiguousLike(args.input, &tmp_bytes_)) {}
 
-  void operator()(const Handle& handle, const Tensor& input, const Tensor& gate,
-                  const std::optional<Tensor>& out) const override {
-    if (out->numel() == 0) return;
+  void operator()(const Handle& handle, const Args& args) const override {
+    if (args.out->numel() == 0) return;
     static const auto silu = ascend::Phase2("aclnnSilu", "8.0.RC1");
     static const auto mul = ascend::Phase2("aclnnMul", "8.0.RC1");
     using ascend::Operand;
-    ascend::RunSteps(
-        kName, handle, tmp_bytes_,
-        {{&silu_,
-          "aclnnSilu",
-          {Operand::In(gate), Operand::Scratch(tmp_, 0)},
-          &ascend::PrepareSilu,
-          nullptr,
-          silu},
-         {&mul_,
-          "aclnnMul",
-          {Operand::In(input), Operand::ScratchIn(tmp_, 0), Operand::Out(*out)},
-          &ascend::PrepareMul,
-          nullptr,
-          mul}});
+    ascend::RunSteps(kName, handle, tmp_bytes_,
+                     {{&silu_,
+                       "aclnnSilu",
+                       {Operand::In(args.gate), Operand::Scratch(tmp_, 0)},
+                       &ascend::PrepareSilu,
+                       nullptr,
+                       silu},
+                      {&mul_,
+                       "aclnnMul",
+                       {Operand::In(args.input), Operand::ScratchIn(tmp_, 0),
+                        Operand::Out(*args.out)},
+                       &ascend::PrepareMul,
+                       nullptr,
+                       mul}});
   }
 
  private:

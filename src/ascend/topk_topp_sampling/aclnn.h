@@ -73,17 +73,14 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
  public:
   static constexpr const char* kImplementationName = "aclnn";
 
-  Operator(const Tensor& logits, const ScalarOrTensor& top_k,
-           const ScalarOrTensor& top_p,
-           const std::optional<Tensor>& uniform = std::nullopt,
-           std::optional<int64_t> seed = std::nullopt,
-           const std::optional<Tensor>& out = std::nullopt)
-      : TopkToppSampling(logits, top_k, top_p, uniform, seed, out),
-        device_(logits.device()),
-        k_int64_(top_k.tensor && top_k.tensor->dtype() == DataType::kInt64),
-        k_scalar_(!top_k.tensor),
-        p_scalar_(!top_p.tensor) {
-    if (seed) {
+  explicit Operator(const Args& args)
+      : TopkToppSampling(args),
+        device_(args.logits.device()),
+        k_int64_(args.top_k.tensor &&
+                 args.top_k.tensor->dtype() == DataType::kInt64),
+        k_scalar_(!args.top_k.tensor),
+        p_scalar_(!args.top_p.tensor) {
+    if (args.seed) {
       throw NotImplemented(
           "polyops.topk_topp_sampling: seed= is not supported on npu (the "
           "seeded uniforms need 64-bit integer arithmetic that aclnn does "
@@ -154,10 +151,7 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     scratch_bytes_ = offset;
   }
 
-  void operator()(const Handle& handle, const Tensor& logits,
-                  const ScalarOrTensor& top_k, const ScalarOrTensor& top_p,
-                  const std::optional<Tensor>& uniform, std::optional<int64_t>,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (batch_ == 0) return;
     using ascend::Operand;
     using ascend::Step;
@@ -178,26 +172,27 @@ class Operator<TopkToppSampling, Device::Type::kAscend, 0>
     auto* self = const_cast<Operator*>(this);
 
     const bool f32 = dtype_ == DataType::kFloat32;
-    const Tensor k = k_scalar_ ? k_constant_ : *top_k.tensor;
-    const Tensor p = p_scalar_ ? p_constant_ : *top_p.tensor;
+    const Tensor k = k_scalar_ ? k_constant_ : *args.top_k.tensor;
+    const Tensor p = p_scalar_ ? p_constant_ : *args.top_p.tensor;
     const int64_t u_shape[2] = {batch_, 1};
-    const int64_t u_strides[2] = {uniform->stride(0), 1};
-    const Tensor u = Tensor::FromParts(uniform->data(), 2, u_shape, u_strides,
-                                       DataType::kFloat32, device_);
+    const int64_t u_strides[2] = {args.uniform->stride(0), 1};
+    const Tensor u = Tensor::FromParts(args.uniform->data(), 2, u_shape,
+                                       u_strides, DataType::kFloat32, device_);
     const int64_t out_strides[2] = {1, 1};
-    const Tensor token = Tensor::FromParts(out->data(), 2, u_shape, out_strides,
-                                           out_dtype_, device_);
+    const Tensor token = Tensor::FromParts(args.out->data(), 2, u_shape,
+                                           out_strides, out_dtype_, device_);
 
-    const Step cast_step{&cast_,
-                         "aclnnCast",
-                         {Operand::In(logits), Operand::Scratch(a_, a_at_)},
-                         &sampling::PrepareCastFloat,
-                         nullptr,
-                         cast};
+    const Step cast_step{
+        &cast_,
+        "aclnnCast",
+        {Operand::In(args.logits), Operand::Scratch(a_, a_at_)},
+        &sampling::PrepareCastFloat,
+        nullptr,
+        cast};
     const Step nan_from_logits{
         &nan_to_num_,
         "aclnnNanToNum",
-        {Operand::In(logits), Operand::Scratch(b_, b_at_)},
+        {Operand::In(args.logits), Operand::Scratch(b_, b_at_)},
         &sampling::PrepareNanToNumLogits,
         nullptr,
         nan_to_num};

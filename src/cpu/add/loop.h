@@ -16,15 +16,14 @@ class Operator<Add, Device::Type::kCpu, 0> : public Add {
   static constexpr const char* kImplementationName = "loop";
   using Add::Add;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& other,
-                  double, const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
         dtype_, "polyops.add", [&](auto tag) {
           using T = typename decltype(tag)::type;
           using C = cpu::ComputeType<T>;
-          T* y = out->data_as<T>();
-          const T* a = input.data_as<T>();
-          const T* b = other.data_as<T>();
+          T* y = args.out->data_as<T>();
+          const T* a = args.input.data_as<T>();
+          const T* b = args.other.data_as<T>();
           const C alpha = cpu::AlphaAs<C>(alpha_);
           cpu::ForEachElement(layout_, [&](const int64_t (&at)[3]) {
             const C u = cpu::Load(a + at[1]);

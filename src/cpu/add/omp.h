@@ -18,13 +18,13 @@ class Operator<Add, Device::Type::kCpu, 1> : public Add {
   static constexpr const char* kImplementationName = "omp";
   using Add::Add;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& other,
-                  double, const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
         dtype_, "polyops.add", [&](auto tag) {
           using T = typename decltype(tag)::type;
           using C = cpu::ComputeType<T>;
-          void* const data[3] = {out->data(), input.data(), other.data()};
+          void* const data[3] = {args.out->data(), args.input.data(),
+                                 args.other.data()};
           // With AVX-512 or AVX2 and unit inner strides, floats take one loop
           // that converts in registers
           // (cpu/kernels/elementwise/binary_vector.h).

@@ -56,20 +56,17 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
   static constexpr const char* kImplementationName = "omp";
   using AddRmsNorm::AddRmsNorm;
 
-  void operator()(const Handle&, const Tensor& x1, const Tensor& x2,
-                  const Tensor& gamma, double eps,
-                  const std::optional<Tensor>& y_out,
-                  const std::optional<Tensor>& x_out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.add_rms_norm", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const T* g = gamma.data_as<T>();
-          T* y = y_out->data_as<T>();
-          T* x = x_out->data_as<T>();
-          const T* a = x1.data_as<T>();
-          const T* b = x2.data_as<T>();
+          const T* g = args.gamma.data_as<T>();
+          T* y = args.y_out->data_as<T>();
+          T* x = args.x_out->data_as<T>();
+          const T* a = args.x1.data_as<T>();
+          const T* b = args.x2.data_as<T>();
           const int64_t hidden = hidden_;
-          const float eps_f = static_cast<float>(eps);
+          const float eps_f = static_cast<float>(args.eps);
           const bool parallel = rows_.numel * hidden >= cpu::kParallelGrain;
           if (hidden > cpu::kMaxStagedRow) {
             cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {

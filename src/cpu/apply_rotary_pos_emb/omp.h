@@ -19,25 +19,23 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kCpu, 0>
   static constexpr const char* kImplementationName = "omp";
   using ApplyRotaryPosEmb::ApplyRotaryPosEmb;
 
-  void operator()(const Handle&, const Tensor& query,
-                  const std::optional<Tensor>& key, const Tensor& cos,
-                  const Tensor& sin, bool,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.apply_rotary_pos_emb", [&](auto tag) {
           using T = typename decltype(tag)::type;
           auto rotate = [&](auto table_tag) {
             using C = typename decltype(table_tag)::type;
-            const C* cos_data = cos.data_as<const C>();
-            const C* sin_data = sin.data_as<const C>();
+            const C* cos_data = args.cos.data_as<const C>();
+            const C* sin_data = args.sin.data_as<const C>();
             const int64_t cos_stride = cos_stride_;
             const int64_t sin_stride = sin_stride_;
             cpu::RotaryApply<T, C>(
-                geometry_, query.data_as<const T>(),
-                (query_out ? *query_out : query).data_as<T>(),
-                key ? key->data_as<const T>() : nullptr,
-                key ? (key_out ? *key_out : *key).data_as<T>() : nullptr,
+                geometry_, args.query.data_as<const T>(),
+                (args.query_out ? *args.query_out : args.query).data_as<T>(),
+                args.key ? args.key->data_as<const T>() : nullptr,
+                args.key
+                    ? (args.key_out ? *args.key_out : *args.key).data_as<T>()
+                    : nullptr,
                 [&](int64_t t, const C** cos_row, const C** sin_row) {
                   *cos_row = cos_data + t * cos_stride;
                   *sin_row = sin_data + t * sin_stride;

@@ -79,14 +79,13 @@ class Operator<Cast, Device::Type::kCpu, 0> : public Cast {
   static constexpr const char* kImplementationName = "loop";
   using Cast::Cast;
 
-  void operator()(const Handle&, const Tensor& input, DataType,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_ALL_TYPES>(from_, "polyops.cast", [&](auto from) {
       using From = typename decltype(from)::type;
       DispatchDataType<POLYOPS_ALL_TYPES>(to_, "polyops.cast", [&](auto to) {
         using To = typename decltype(to)::type;
-        To* y = out->data_as<To>();
-        const From* x = input.data_as<From>();
+        To* y = args.out->data_as<To>();
+        const From* x = args.input.data_as<From>();
         cpu::ForEachElement(layout_, [&](const int64_t (&at)[2]) {
           y[at[0]] = cpu::ConvertValue<To>(x[at[1]]);
         });

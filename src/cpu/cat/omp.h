@@ -22,9 +22,7 @@ class Operator<Cat, Device::Type::kCpu, 0> : public Cat {
   static constexpr const char* kImplementationName = "omp";
   static constexpr int64_t kChunkBytes = 128 << 10;
 
-  Operator(const std::vector<Tensor>& tensors, int64_t dim,
-           const std::optional<Tensor>& out)
-      : Cat(tensors, dim, out) {
+  explicit Operator(const Args& args) : Cat(args) {
     chunk_elems_ = std::max<int64_t>(1, kChunkBytes / element_size_);
     chunk_begin_.reserve(pieces_.size() + 1);
     int64_t chunks = 0;
@@ -35,17 +33,16 @@ class Operator<Cat, Device::Type::kCpu, 0> : public Cat {
     chunk_begin_.push_back(chunks);
   }
 
-  void operator()(const Handle&, const std::vector<Tensor>& tensors, int64_t,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     switch (element_size_) {
       case 1:
-        return Run<uint8_t>(tensors, *out);
+        return Run<uint8_t>(args.tensors, *args.out);
       case 2:
-        return Run<uint16_t>(tensors, *out);
+        return Run<uint16_t>(args.tensors, *args.out);
       case 4:
-        return Run<uint32_t>(tensors, *out);
+        return Run<uint32_t>(args.tensors, *args.out);
       default:
-        return Run<uint64_t>(tensors, *out);
+        return Run<uint64_t>(args.tensors, *args.out);
     }
   }
 

@@ -499,13 +499,12 @@ class Operator<CausalSoftmax, Device::Type::kCpu, 0> : public CausalSoftmax {
   static constexpr const char* kImplementationName = "omp";
   using CausalSoftmax::CausalSoftmax;
 
-  void operator()(const Handle&, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.causal_softmax", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const T* x = input.data_as<const T>();
-          T* y = out->data_as<T>();
+          const T* x = args.input.data_as<const T>();
+          T* y = args.out->data_as<T>();
           const int64_t keys = keys_;
           const bool parallel = rows_.numel * keys >= cpu::kParallelGrain;
 #if defined(POLYOPS_HAVE_AVX512_ROWS) && defined(POLYOPS_HAVE_AVX2_ROWS)

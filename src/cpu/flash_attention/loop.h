@@ -24,18 +24,10 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
   static constexpr const char* kImplementationName = "loop";
   using cpu::FlashAttentionCpu::FlashAttentionCpu;
 
-  void operator()(const Handle&, const Tensor& query, const Tensor& key,
-                  const Tensor& value, const Tensor& cu_seqlens_q,
-                  const Tensor& cu_seqlens_kv,
-                  const std::optional<Tensor>& block_table,
-                  std::optional<double>, bool, int64_t, int64_t,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& cu_seqlens_q_host,
-                  const std::optional<Tensor>& cu_seqlens_kv_host,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     const cpu::SequenceTable read =
-        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table,
-                      cu_seqlens_q_host, cu_seqlens_kv_host);
+        ReadSequences(args.cu_seqlens_q, args.cu_seqlens_kv, args.block_table,
+                      args.cu_seqlens_q_host, args.cu_seqlens_kv_host);
     const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.flash_attention", [&](auto tag) {
@@ -49,18 +41,18 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
             for (int64_t h = 0; h < num_heads_; ++h) {
               const int64_t kv_head = h / group;
               for (int64_t i = 0; i < seq.q_len; ++i) {
-                const T* q = query.data_as<T>() +
-                             (seq.q_start + i) * query.stride(0) +
-                             h * query.stride(1);
+                const T* q = args.query.data_as<T>() +
+                             (seq.q_start + i) * args.query.stride(0) +
+                             h * args.query.stride(1);
                 const cpu::KeyRange range =
                     cpu::VisibleKeys(i, seq.q_len, seq.kv_len, causal_,
                                      window_left_, window_right_);
                 float max_score = -INFINITY;
                 for (int64_t j = range.lo; j <= range.hi; ++j) {
-                  const T* k =
-                      cpu::KvRow(key.data_as<T>(), paged_ ? key.stride(0) : 0,
-                                 key.stride(kv_token_dim), key.stride(-2), seq,
-                                 block_size_, j, kv_head);
+                  const T* k = cpu::KvRow(
+                      args.key.data_as<T>(), paged_ ? args.key.stride(0) : 0,
+                      args.key.stride(kv_token_dim), args.key.stride(-2), seq,
+                      block_size_, j, kv_head);
                   float dot = 0.0f;
                   for (int64_t d = 0; d < head_size_; ++d) {
                     dot += cpu::Load(q + d) * cpu::Load(k + d);
@@ -77,10 +69,11 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                 for (int64_t j = range.lo; j <= range.hi; ++j) {
                   const float p = std::exp(scores[j] - shift);
                   sum += p;
-                  const T* v = cpu::KvRow(
-                      value.data_as<T>(), paged_ ? value.stride(0) : 0,
-                      value.stride(kv_token_dim), value.stride(-2), seq,
-                      block_size_, j, kv_head);
+                  const T* v = cpu::KvRow(args.value.data_as<T>(),
+                                          paged_ ? args.value.stride(0) : 0,
+                                          args.value.stride(kv_token_dim),
+                                          args.value.stride(-2), seq,
+                                          block_size_, j, kv_head);
                   for (int64_t d = 0; d < head_size_; ++d) {
                     accumulator[d] += p * cpu::Load(v + d);
                   }
@@ -88,8 +81,9 @@ class Operator<FlashAttention, Device::Type::kCpu, 0>
                 // Sum 0 (no key visible, or all -inf): zeros, or NaN where
                 // 0 * inf reached the accumulator. A NaN sum stays NaN.
                 const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-                T* o = out->data_as<T>() + (seq.q_start + i) * out->stride(0) +
-                       h * out->stride(1);
+                T* o = args.out->data_as<T>() +
+                       (seq.q_start + i) * args.out->stride(0) +
+                       h * args.out->stride(1);
                 for (int64_t d = 0; d < head_size_; ++d) {
                   cpu::Store(o + d, accumulator[d] * inverse);
                 }

@@ -23,18 +23,10 @@ class Operator<FlashAttention, Device::Type::kCpu, 1>
   static constexpr const char* kImplementationName = "omp";
   using cpu::FlashAttentionCpu::FlashAttentionCpu;
 
-  void operator()(const Handle&, const Tensor& query, const Tensor& key,
-                  const Tensor& value, const Tensor& cu_seqlens_q,
-                  const Tensor& cu_seqlens_kv,
-                  const std::optional<Tensor>& block_table,
-                  std::optional<double>, bool, int64_t, int64_t,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& cu_seqlens_q_host,
-                  const std::optional<Tensor>& cu_seqlens_kv_host,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     const cpu::SequenceTable read =
-        ReadSequences(cu_seqlens_q, cu_seqlens_kv, block_table,
-                      cu_seqlens_q_host, cu_seqlens_kv_host);
+        ReadSequences(args.cu_seqlens_q, args.cu_seqlens_kv, args.block_table,
+                      args.cu_seqlens_q_host, args.cu_seqlens_kv_host);
     const std::vector<cpu::AttentionSequence>& sequences = read.sequences;
     const int64_t group = num_heads_ / num_kv_heads_;
     std::vector<cpu::AttentionTile> tiles;
@@ -50,28 +42,29 @@ class Operator<FlashAttention, Device::Type::kCpu, 1>
         dtype_, "polyops.flash_attention", [&](auto tag) {
           using T = typename decltype(tag)::type;
           const int kv_token_dim = paged_ ? 1 : 0;
-          const cpu::AttentionArgs<T> args{query.data_as<T>(),
-                                           query.stride(0),
-                                           query.stride(1),
-                                           out->data_as<T>(),
-                                           out->stride(0),
-                                           out->stride(1),
-                                           key.data_as<T>(),
-                                           paged_ ? key.stride(0) : 0,
-                                           key.stride(kv_token_dim),
-                                           key.stride(-2),
-                                           value.data_as<T>(),
-                                           paged_ ? value.stride(0) : 0,
-                                           value.stride(kv_token_dim),
-                                           value.stride(-2),
-                                           head_size_,
-                                           group,
-                                           paged_ ? block_size_ : 0,
-                                           scale_,
-                                           causal_,
-                                           window_left_,
-                                           window_right_};
-          cpu::RunTiles(args, sequences, tiles, parallel);
+          const cpu::AttentionArgs<T> tiles_args{
+              args.query.data_as<T>(),
+              args.query.stride(0),
+              args.query.stride(1),
+              args.out->data_as<T>(),
+              args.out->stride(0),
+              args.out->stride(1),
+              args.key.data_as<T>(),
+              paged_ ? args.key.stride(0) : 0,
+              args.key.stride(kv_token_dim),
+              args.key.stride(-2),
+              args.value.data_as<T>(),
+              paged_ ? args.value.stride(0) : 0,
+              args.value.stride(kv_token_dim),
+              args.value.stride(-2),
+              head_size_,
+              group,
+              paged_ ? block_size_ : 0,
+              scale_,
+              causal_,
+              window_left_,
+              window_right_};
+          cpu::RunTiles(tiles_args, sequences, tiles, parallel);
         });
   }
 };

@@ -15,11 +15,10 @@ class Operator<Gemm, Device::Type::kCpu, 0> : public Gemm {
   static constexpr const char* kImplementationName = "blas";
   using Gemm::Gemm;
 
-  void operator()(const Handle&, const Tensor& a, const Tensor& b,
-                  const std::optional<Tensor>& c, double, double, bool, bool,
-                  const std::optional<Tensor>& out) const override {
-    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, a.data(), b.data(),
-                  c ? c->data() : nullptr, out->data());
+  void operator()(const Handle&, const Args& args) const override {
+    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, args.a.data(),
+                  args.b.data(), args.c ? args.c->data() : nullptr,
+                  args.out->data());
   }
 };
 

@@ -15,11 +15,10 @@ class Operator<Linear, Device::Type::kCpu, 0> : public Linear {
   static constexpr const char* kImplementationName = "blas";
   using Linear::Linear;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& weight,
-                  const std::optional<Tensor>& bias,
-                  const std::optional<Tensor>& out) const override {
-    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, input.data(),
-                  weight.data(), bias ? bias->data() : nullptr, out->data());
+  void operator()(const Handle&, const Args& args) const override {
+    cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_, args.input.data(),
+                  args.weight.data(), args.bias ? args.bias->data() : nullptr,
+                  args.out->data());
   }
 };
 

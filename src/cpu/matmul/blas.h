@@ -16,10 +16,9 @@ class Operator<Matmul, Device::Type::kCpu, 0> : public Matmul {
   static constexpr const char* kImplementationName = "blas";
   using Matmul::Matmul;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
-    ForEachOuterProduct(layout_, DataTypeSize(dtype_), input.data(),
-                        other.data(), out->data(),
+  void operator()(const Handle&, const Args& args) const override {
+    ForEachOuterProduct(layout_, DataTypeSize(dtype_), args.input.data(),
+                        args.other.data(), args.out->data(),
                         [&](const void* a, const void* b, void* y) {
                           cpu::BlasGemm(kName, layout_, dtype_, alpha_, beta_,
                                         a, b, nullptr, y);

@@ -18,8 +18,7 @@ class Operator<Mul, Device::Type::kCpu, 0> : public Mul {
   static constexpr const char* kImplementationName = "omp";
   using Mul::Mul;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_INTEGER_TYPES, POLYOPS_ALL_FLOAT_TYPES>(
         dtype_, "polyops.mul", [&](auto tag) {
           using T = typename decltype(tag)::type;
@@ -30,7 +29,8 @@ class Operator<Mul, Device::Type::kCpu, 0> : public Mul {
           // convert in and out of every block: built per ISA (F16C, AVX-512
           // shifts and rounding), not for the SSE2 baseline.
           constexpr bool kIsaVariants = !std::is_same_v<T, C>;
-          void* const data[3] = {out->data(), input.data(), other.data()};
+          void* const data[3] = {args.out->data(), args.input.data(),
+                                 args.other.data()};
           if (cpu::TryBinaryVector<cpu::BinaryOp::kMul, T>(layout_, data))
             return;
           cpu::MapBlocks<T, 3, kIsaVariants>(

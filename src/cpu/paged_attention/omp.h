@@ -20,17 +20,14 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
   static constexpr const char* kImplementationName = "omp";
   using PagedAttention::PagedAttention;
 
-  void operator()(const Handle&, const Tensor& query, const Tensor& key_cache,
-                  const Tensor& value_cache, const Tensor& seq_lens,
-                  const Tensor& block_table, std::optional<double>,
-                  const std::optional<Tensor>& seq_lens_host,
-                  const std::optional<Tensor>& block_table_host,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     // The host copies, when given, hold the same values; on CPU either
     // works, and reading them keeps the CPU path the one a device backend
     // takes.
-    const Tensor& lens = seq_lens_host ? *seq_lens_host : seq_lens;
-    const Tensor& table = block_table_host ? *block_table_host : block_table;
+    const Tensor& lens =
+        args.seq_lens_host ? *args.seq_lens_host : args.seq_lens;
+    const Tensor& table =
+        args.block_table_host ? *args.block_table_host : args.block_table;
     const int64_t group = num_heads_ / num_kv_heads_;
     // Lengths and block ids read once each (cpu::SequenceTable).
     cpu::SequenceTable read;
@@ -38,7 +35,7 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
     std::vector<cpu::AttentionTile> tiles;
     int64_t work = 0;
     for (int64_t b = 0; b < batch_; ++b) {
-      const char* lens_name = seq_lens_host ? "seq_lens_host" : "seq_lens";
+      const char* lens_name = args.seq_lens_host ? "seq_lens_host" : "seq_lens";
       const int64_t len = cpu::ReadIndex(lens, b);
       POLYOPS_CHECK(len >= 0, "polyops.paged_attention: ", lens_name, "[", b,
                     "] must be >= 0, got ", len);
@@ -47,8 +44,8 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
       seq.q_len = 1;
       seq.kv_len = len;
       cpu::CopyBlocks(
-          kName, block_table_host ? "block_table_host" : "block_table", table,
-          b, seq.kv_len, max_blocks_, block_size_, num_blocks_, &read);
+          kName, args.block_table_host ? "block_table_host" : "block_table",
+          table, b, seq.kv_len, max_blocks_, block_size_, num_blocks_, &read);
       cpu::AppendTiles(seq, b, num_kv_heads_, group, head_size_, &tiles);
       work += seq.kv_len;
     }
@@ -59,28 +56,28 @@ class Operator<PagedAttention, Device::Type::kCpu, 0> : public PagedAttention {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.paged_attention", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const cpu::AttentionArgs<T> args{query.data_as<T>(),
-                                           query.stride(0),
-                                           query.stride(1),
-                                           out->data_as<T>(),
-                                           out->stride(0),
-                                           out->stride(1),
-                                           key_cache.data_as<T>(),
-                                           key_cache.stride(0),
-                                           key_cache.stride(1),
-                                           key_cache.stride(2),
-                                           value_cache.data_as<T>(),
-                                           value_cache.stride(0),
-                                           value_cache.stride(1),
-                                           value_cache.stride(2),
-                                           head_size_,
-                                           group,
-                                           block_size_,
-                                           scale_,
-                                           /*causal=*/false,
-                                           /*window_left=*/-1,
-                                           /*window_right=*/-1};
-          cpu::RunTiles(args, sequences, tiles, parallel);
+          const cpu::AttentionArgs<T> tiles_args{args.query.data_as<T>(),
+                                                 args.query.stride(0),
+                                                 args.query.stride(1),
+                                                 args.out->data_as<T>(),
+                                                 args.out->stride(0),
+                                                 args.out->stride(1),
+                                                 args.key_cache.data_as<T>(),
+                                                 args.key_cache.stride(0),
+                                                 args.key_cache.stride(1),
+                                                 args.key_cache.stride(2),
+                                                 args.value_cache.data_as<T>(),
+                                                 args.value_cache.stride(0),
+                                                 args.value_cache.stride(1),
+                                                 args.value_cache.stride(2),
+                                                 head_size_,
+                                                 group,
+                                                 block_size_,
+                                                 scale_,
+                                                 /*causal=*/false,
+                                                 /*window_left=*/-1,
+                                                 /*window_right=*/-1};
+          cpu::RunTiles(tiles_args, sequences, tiles, parallel);
         });
   }
 };

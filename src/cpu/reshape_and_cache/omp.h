@@ -24,15 +24,13 @@ class Operator<ReshapeAndCache, Device::Type::kCpu, 0>
   static constexpr const char* kImplementationName = "omp";
   using ReshapeAndCache::ReshapeAndCache;
 
-  void operator()(const Handle&, const Tensor& key, const Tensor& value,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& slot_mapping) const override {
+  void operator()(const Handle&, const Args& args) const override {
     if (slot_dtype_ == DataType::kInt64) {
-      Run(slot_mapping.data_as<const int64_t>(), key, value, key_cache,
-          value_cache);
+      Run(args.slot_mapping.data_as<const int64_t>(), args.key, args.value,
+          args.key_cache, args.value_cache);
     } else {
-      Run(slot_mapping.data_as<const int32_t>(), key, value, key_cache,
-          value_cache);
+      Run(args.slot_mapping.data_as<const int32_t>(), args.key, args.value,
+          args.key_cache, args.value_cache);
     }
   }
 

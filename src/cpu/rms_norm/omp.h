@@ -40,16 +40,15 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
   static constexpr const char* kImplementationName = "omp";
   using RmsNorm::RmsNorm;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& weight,
-                  double eps, const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.rms_norm", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const T* w = weight.data_as<T>();
-          T* y = out->data_as<T>();
-          const T* x = input.data_as<T>();
+          const T* w = args.weight.data_as<T>();
+          T* y = args.out->data_as<T>();
+          const T* x = args.input.data_as<T>();
           const int64_t hidden = hidden_;
-          const float eps_f = static_cast<float>(eps);
+          const float eps_f = static_cast<float>(args.eps);
           const bool parallel = rows_.numel * hidden >= cpu::kParallelGrain;
           if (hidden > cpu::kMaxStagedRow) {
             cpu::ParallelFor(rows_.numel, parallel, [&](int64_t row) {

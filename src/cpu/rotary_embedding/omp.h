@@ -24,17 +24,13 @@ class Operator<RotaryEmbedding, Device::Type::kCpu, 0>
   static constexpr const char* kImplementationName = "omp";
   using RotaryEmbedding::RotaryEmbedding;
 
-  void operator()(const Handle&, const Tensor& positions, const Tensor& query,
-                  const std::optional<Tensor>& key, int64_t,
-                  const Tensor& cos_sin_cache, bool, std::optional<int64_t>,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     if (position_dtype_ == DataType::kInt64) {
-      Run(positions.data_as<const int64_t>(), query, key, cos_sin_cache,
-          query_out, key_out);
+      Run(args.positions.data_as<const int64_t>(), args.query, args.key,
+          args.cos_sin_cache, args.query_out, args.key_out);
     } else {
-      Run(positions.data_as<const int32_t>(), query, key, cos_sin_cache,
-          query_out, key_out);
+      Run(args.positions.data_as<const int32_t>(), args.query, args.key,
+          args.cos_sin_cache, args.query_out, args.key_out);
     }
   }
 

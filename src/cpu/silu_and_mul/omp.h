@@ -16,13 +16,12 @@ class Operator<SiluAndMul, Device::Type::kCpu, 0> : public SiluAndMul {
   static constexpr const char* kImplementationName = "omp";
   using SiluAndMul::SiluAndMul;
 
-  void operator()(const Handle&, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.silu_and_mul", [&](auto tag) {
           using T = typename decltype(tag)::type;
           cpu::MapBlocks<T, 3, /*kIsaVariants=*/true>(
-              layout_, {out->data(), input.data(), input.data()},
+              layout_, {args.out->data(), args.input.data(), args.input.data()},
               {0, 0, up_offset_}, /*parallel=*/true,
               [](float* y, const float* const* x, int64_t n) {
                 for (int64_t i = 0; i < n; ++i)

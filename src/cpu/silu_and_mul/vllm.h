@@ -27,13 +27,12 @@ class Operator<SiluAndMul, Device::Type::kCpu, 1> : public SiluAndMul {
   static constexpr const char* kImplementationName = "vllm";
   using SiluAndMul::SiluAndMul;
 
-  void operator()(const Handle&, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.silu_and_mul", [&](auto tag) {
           using T = typename decltype(tag)::type;
           cpu::MapBlocks<T, 3, /*kIsaVariants=*/true>(
-              layout_, {out->data(), input.data(), input.data()},
+              layout_, {args.out->data(), args.input.data(), args.input.data()},
               {0, 0, up_offset_}, /*parallel=*/true,
               [](float* y, const float* const* x, int64_t n) {
                 if constexpr (std::is_same_v<T, float>) {

@@ -16,13 +16,13 @@ class Operator<Swiglu, Device::Type::kCpu, 0> : public Swiglu {
   static constexpr const char* kImplementationName = "omp";
   using Swiglu::Swiglu;
 
-  void operator()(const Handle&, const Tensor& input, const Tensor& gate,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.swiglu", [&](auto tag) {
           using T = typename decltype(tag)::type;
           cpu::MapBlocks<T, 3, /*kIsaVariants=*/true>(
-              layout_, {out->data(), input.data(), gate.data()}, {0, 0, 0},
+              layout_, {args.out->data(), args.input.data(), args.gate.data()},
+              {0, 0, 0},
               /*parallel=*/true,
               [](float* y, const float* const* x, int64_t n) {
                 for (int64_t i = 0; i < n; ++i)

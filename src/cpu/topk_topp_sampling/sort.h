@@ -175,17 +175,13 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
   static constexpr const char* kImplementationName = "sort";
   using TopkToppSampling::TopkToppSampling;
 
-  void operator()(const Handle&, const Tensor& logits,
-                  const ScalarOrTensor& top_k, const ScalarOrTensor& top_p,
-                  const std::optional<Tensor>& uniform,
-                  std::optional<int64_t> seed,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle&, const Args& args) const override {
     if (batch_ == 0) return;
     // Data-dependent checks run serially here: an exception must not leave
     // an OpenMP region.
-    if (top_p.tensor) {
-      const float* p = top_p.tensor->data_as<float>();
-      const int64_t stride = top_p.tensor->stride(0);
+    if (args.top_p.tensor) {
+      const float* p = args.top_p.tensor->data_as<float>();
+      const int64_t stride = args.top_p.tensor->stride(0);
       for (int64_t b = 0; b < batch_; ++b) {
         const float value = p[b * stride];
         POLYOPS_CHECK(value > 0.0f && value <= 1.0f,
@@ -194,9 +190,9 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
                       value, " at row ", b);
       }
     }
-    if (uniform) {
-      const float* u = uniform->data_as<float>();
-      const int64_t stride = uniform->stride(0);
+    if (args.uniform) {
+      const float* u = args.uniform->data_as<float>();
+      const int64_t stride = args.uniform->stride(0);
       for (int64_t b = 0; b < batch_; ++b) {
         const float value = u[b * stride];
         POLYOPS_CHECK(value >= 0.0f && value < 1.0f,
@@ -212,19 +208,21 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.topk_topp_sampling", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const T* base = logits.data_as<T>();
+          const T* base = args.logits.data_as<T>();
           const bool parallel =
               batch_ * vocab_ >= cpu::kParallelGrain && batch_ > 1;
           cpu::ParallelFor(batch_, parallel, [&](int64_t b) {
-            const int64_t k = RowTopK(top_k, b);
+            const int64_t k = RowTopK(args.top_k, b);
             const float p =
-                top_p.tensor
-                    ? top_p.tensor
-                          ->data_as<float>()[b * top_p.tensor->stride(0)]
+                args.top_p.tensor
+                    ? args.top_p.tensor
+                          ->data_as<float>()[b * args.top_p.tensor->stride(0)]
                     : top_p_;
             const float u =
-                uniform ? uniform->data_as<float>()[b * uniform->stride(0)]
-                        : cpu::SplitMix64Uniform(*seed, b);
+                args.uniform
+                    ? args.uniform
+                          ->data_as<float>()[b * args.uniform->stride(0)]
+                    : cpu::SplitMix64Uniform(*args.seed, b);
             try {
               cpu::SamplingScratch& scratch = cpu::ThreadSamplingScratch();
               scratch.Reserve(vocab_);
@@ -232,9 +230,9 @@ class Operator<TopkToppSampling, Device::Type::kCpu, 0>
                                                    vocab_, k, p, u, scratch);
               // V <= INT32_MAX (base header): every id fits an int32 out.
               if (out_dtype_ == DataType::kInt32) {
-                out->data_as<int32_t>()[b] = static_cast<int32_t>(token);
+                args.out->data_as<int32_t>()[b] = static_cast<int32_t>(token);
               } else {
-                out->data_as<int64_t>()[b] = token;
+                args.out->data_as<int64_t>()[b] = token;
               }
             } catch (const std::bad_alloc&) {
               out_of_memory.store(true);

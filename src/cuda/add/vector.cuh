@@ -16,15 +16,13 @@ class Operator<Add, Device::Type::kCuda, 0> : public Add {
   static constexpr const char* kImplementationName = "vector";
   using Add::Add;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other, double,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (alpha_is_one_) {
-      cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *out, input, other,
-                                   cuda::StreamOf(handle), kName);
+      cuda::RunBinary<cuda::AddFn>(layout_, dtype_, *args.out, args.input,
+                                   args.other, cuda::StreamOf(handle), kName);
     } else {
-      cuda::RunScaledAdd(layout_, dtype_, *out, input, other, alpha_,
-                         cuda::StreamOf(handle), kName);
+      cuda::RunScaledAdd(layout_, dtype_, *args.out, args.input, args.other,
+                         alpha_, cuda::StreamOf(handle), kName);
     }
   }
 };

@@ -59,36 +59,30 @@ class Operator<AddRmsNorm, Device::Type::kCuda, 0> : public AddRmsNorm {
  public:
   static constexpr const char* kImplementationName = "vector";
 
-  Operator(const Tensor& x1, const Tensor& x2, const Tensor& gamma,
-           double eps = 1e-6, const std::optional<Tensor>& y_out = std::nullopt,
-           const std::optional<Tensor>& x_out = std::nullopt)
-      : AddRmsNorm(x1, x2, gamma, eps, y_out, x_out),
-        map_(cuda::RowMap<4>::Of(rows_, rows_.ndim)) {
+  explicit Operator(const Args& args)
+      : AddRmsNorm(args), map_(cuda::RowMap<4>::Of(rows_, rows_.ndim)) {
     if (hidden_ == 0) map_.count = 0;  // nothing to write
-    const int64_t width = 16 / x1.element_size();
+    const int64_t width = 16 / args.x1.element_size();
     packable_ = hidden_ % width == 0 && map_.StridesMultipleOf(width);
     threads_ = cuda::RowThreads(hidden_ / (packable_ ? width : 1), map_.count);
   }
 
-  void operator()(const Handle& handle, const Tensor& x1, const Tensor& x2,
-                  const Tensor& gamma, double eps,
-                  const std::optional<Tensor>& y_out,
-                  const std::optional<Tensor>& x_out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (map_.count == 0) return;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.add_rms_norm", [&](auto tag) {
           using N = cuda::NativeT<typename decltype(tag)::type>;
-          N* y = static_cast<N*>(y_out->data());
-          N* x = static_cast<N*>(x_out->data());
-          const N* a = static_cast<const N*>(x1.data());
-          const N* b = static_cast<const N*>(x2.data());
-          const N* g = static_cast<const N*>(gamma.data());
+          N* y = static_cast<N*>(args.y_out->data());
+          N* x = static_cast<N*>(args.x_out->data());
+          const N* a = static_cast<const N*>(args.x1.data());
+          const N* b = static_cast<const N*>(args.x2.data());
+          const N* g = static_cast<const N*>(args.gamma.data());
           const bool packed = packable_ && cuda::Aligned16(y) &&
                               cuda::Aligned16(x) && cuda::Aligned16(a) &&
                               cuda::Aligned16(b) && cuda::Aligned16(g);
           const cudaStream_t stream = cuda::StreamOf(handle);
           const unsigned blocks = cuda::RowBlocks(map_.count);
-          const float eps_f = static_cast<float>(eps);
+          const float eps_f = static_cast<float>(args.eps);
           if (packed) {
             cuda::AddRmsNormKernel<N, cuda::kVector16<N>>
                 <<<blocks, threads_, 0, stream>>>(y, x, a, b, g, map_, hidden_,

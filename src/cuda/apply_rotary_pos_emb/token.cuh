@@ -17,25 +17,16 @@ class Operator<ApplyRotaryPosEmb, Device::Type::kCuda, 0>
  public:
   static constexpr const char* kImplementationName = "token";
 
-  Operator(const Tensor& query, const std::optional<Tensor>& key,
-           const Tensor& cos, const Tensor& sin, bool is_neox_style = true,
-           const std::optional<Tensor>& query_out = std::nullopt,
-           const std::optional<Tensor>& key_out = std::nullopt)
-      : ApplyRotaryPosEmb(query, key, cos, sin, is_neox_style, query_out,
-                          key_out) {
+  explicit Operator(const Args& args) : ApplyRotaryPosEmb(args) {
     cuda::CheckRotaryFits(geometry_, kName);
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const std::optional<Tensor>& key, const Tensor& cos,
-                  const Tensor& sin, bool,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     cuda::RotateQueryKey(
-        handle, geometry_, dtype_, table_dtype_, query, key, query_out, key_out,
-        kName, [&](auto& table) {
-          table.cos = static_cast<decltype(table.cos)>(cos.data());
-          table.sin = static_cast<decltype(table.sin)>(sin.data());
+        handle, geometry_, dtype_, table_dtype_, args.query, args.key,
+        args.query_out, args.key_out, kName, [&](auto& table) {
+          table.cos = static_cast<decltype(table.cos)>(args.cos.data());
+          table.sin = static_cast<decltype(table.sin)>(args.sin.data());
           table.cos_stride = cos_stride_;
           table.sin_stride = sin_stride_;
           table.rows = geometry_.tokens;  // row t of each: always valid

@@ -93,16 +93,15 @@ class Operator<Cast, Device::Type::kCuda, 0> : public Cast {
   static constexpr const char* kImplementationName = "loop";
   using Cast::Cast;
 
-  void operator()(const Handle& handle, const Tensor& input, DataType,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (layout_.numel == 0) return;
     const cudaStream_t stream = cuda::StreamOf(handle);
     DispatchDataType<POLYOPS_ALL_TYPES>(from_, "polyops.cast", [&](auto from) {
       using From = cuda::NativeT<typename decltype(from)::type>;
       DispatchDataType<POLYOPS_ALL_TYPES>(to_, "polyops.cast", [&](auto to) {
         using To = cuda::NativeT<typename decltype(to)::type>;
-        To* y = reinterpret_cast<To*>(out->data());
-        const From* x = reinterpret_cast<const From*>(input.data());
+        To* y = reinterpret_cast<To*>(args.out->data());
+        const From* x = reinterpret_cast<const From*>(args.input.data());
         if (layout_.IsContiguous1D()) {
           cuda::CastContiguousKernel<To, From>
               <<<cuda::ElementwiseBlocks(layout_.numel),

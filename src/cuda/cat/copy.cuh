@@ -33,17 +33,16 @@ class Operator<Cat, Device::Type::kCuda, 0> : public Cat {
   static constexpr const char* kImplementationName = "copy";
   using Cat::Cat;
 
-  void operator()(const Handle& handle, const std::vector<Tensor>& tensors,
-                  int64_t, const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     switch (element_size_) {
       case 1:
-        return Run<uint8_t>(handle, tensors, *out);
+        return Run<uint8_t>(handle, args.tensors, *args.out);
       case 2:
-        return Run<uint16_t>(handle, tensors, *out);
+        return Run<uint16_t>(handle, args.tensors, *args.out);
       case 4:
-        return Run<uint32_t>(handle, tensors, *out);
+        return Run<uint32_t>(handle, args.tensors, *args.out);
       default:
-        return Run<uint64_t>(handle, tensors, *out);
+        return Run<uint64_t>(handle, args.tensors, *args.out);
     }
   }
 

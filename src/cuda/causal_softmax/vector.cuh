@@ -102,24 +102,21 @@ class Operator<CausalSoftmax, Device::Type::kCuda, 0> : public CausalSoftmax {
  public:
   static constexpr const char* kImplementationName = "vector";
 
-  explicit Operator(const Tensor& input,
-                    const std::optional<Tensor>& out = std::nullopt)
-      : CausalSoftmax(input, out),
-        map_(cuda::RowMap<2>::Of(rows_, rows_.ndim)) {
+  explicit Operator(const Args& args)
+      : CausalSoftmax(args), map_(cuda::RowMap<2>::Of(rows_, rows_.ndim)) {
     if (keys_ == 0) map_.count = 0;  // nothing to write
-    const int64_t width = 16 / input.element_size();
+    const int64_t width = 16 / args.input.element_size();
     packable_ = map_.StridesMultipleOf(width);
     threads_ = cuda::RowThreads(keys_ / (packable_ ? width : 1), map_.count);
   }
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (map_.count == 0) return;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.causal_softmax", [&](auto tag) {
           using N = cuda::NativeT<typename decltype(tag)::type>;
-          N* y = static_cast<N*>(out->data());
-          const N* x = static_cast<const N*>(input.data());
+          N* y = static_cast<N*>(args.out->data());
+          const N* x = static_cast<const N*>(args.input.data());
           const bool packed =
               packable_ && cuda::Aligned16(y) && cuda::Aligned16(x);
           const cudaStream_t stream = cuda::StreamOf(handle);

@@ -173,18 +173,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
  public:
   static constexpr const char* kImplementationName = "flash";
 
-  Operator(const Tensor& query, const Tensor& key, const Tensor& value,
-           const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
-           const std::optional<Tensor>& block_table,
-           std::optional<double> scale, bool causal, int64_t window_left,
-           int64_t window_right, std::optional<int64_t> sliding_window,
-           const std::optional<Tensor>& cu_seqlens_q_host,
-           const std::optional<Tensor>& cu_seqlens_kv_host,
-           const std::optional<Tensor>& out)
-      : FlashAttention(query, key, value, cu_seqlens_q, cu_seqlens_kv,
-                       block_table, scale, causal, window_left, window_right,
-                       sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
-                       out) {
+  explicit Operator(const Args& args) : FlashAttention(args) {
     const int64_t group = num_heads_ / num_kv_heads_;
     heads_per_block_ = std::min<int64_t>(group, cuda::kAttentionRows);
     head_chunks_ = (group + heads_per_block_ - 1) / heads_per_block_;
@@ -206,7 +195,7 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
     // keys; int64 ones could, and the kernel counts keys with int.
     const int64_t max_keys =
         paged_ ? max_blocks_ * block_size_ : num_tokens_kv_;
-    POLYOPS_CHECK_T(cu_seqlens_kv.dtype() == DataType::kInt32 ||
+    POLYOPS_CHECK_T(args.cu_seqlens_kv.dtype() == DataType::kInt32 ||
                         max_keys <= std::numeric_limits<int32_t>::max(),
                     NotImplemented,
                     "polyops.flash_attention: flash slot on cuda does not "
@@ -218,32 +207,25 @@ class Operator<FlashAttention, Device::Type::kCuda, 0> : public FlashAttention {
     });
   }
 
-  void operator()(const Handle& handle, const Tensor& query, const Tensor& key,
-                  const Tensor& value, const Tensor& cu_seqlens_q,
-                  const Tensor& cu_seqlens_kv,
-                  const std::optional<Tensor>& block_table,
-                  std::optional<double>, bool, int64_t, int64_t,
-                  std::optional<int64_t>, const std::optional<Tensor>&,
-                  const std::optional<Tensor>&,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (num_tokens_q_ == 0) return;
     cuda::FlashAttentionParams p;
-    p.query = query.data();
-    p.q_stride_token = query.stride(0);
-    p.q_stride_head = query.stride(1);
-    p.out = out->data();
-    p.o_stride_token = out->stride(0);
-    p.o_stride_head = out->stride(1);
+    p.query = args.query.data();
+    p.q_stride_token = args.query.stride(0);
+    p.q_stride_head = args.query.stride(1);
+    p.out = args.out->data();
+    p.o_stride_token = args.out->stride(0);
+    p.o_stride_head = args.out->stride(1);
     const int token_dim = paged_ ? 1 : 0;
-    p.key = {key.data(), paged_ ? key.stride(0) : 0, key.stride(token_dim),
-             key.stride(-2)};
-    p.value = {value.data(), paged_ ? value.stride(0) : 0,
-               value.stride(token_dim), value.stride(-2)};
-    p.cu_q = cuda::IndexArray::Of(cu_seqlens_q);
-    p.cu_kv = cuda::IndexArray::Of(cu_seqlens_kv);
-    p.table = paged_ ? cuda::IndexArray::Of(*block_table)
+    p.key = {args.key.data(), paged_ ? args.key.stride(0) : 0,
+             args.key.stride(token_dim), args.key.stride(-2)};
+    p.value = {args.value.data(), paged_ ? args.value.stride(0) : 0,
+               args.value.stride(token_dim), args.value.stride(-2)};
+    p.cu_q = cuda::IndexArray::Of(args.cu_seqlens_q);
+    p.cu_kv = cuda::IndexArray::Of(args.cu_seqlens_kv);
+    p.table = paged_ ? cuda::IndexArray::Of(*args.block_table)
                      : cuda::IndexArray{nullptr, false};
-    p.table_stride = paged_ ? block_table->stride(0) : 0;
+    p.table_stride = paged_ ? args.block_table->stride(0) : 0;
     p.max_blocks = max_blocks_;
     p.block_size = paged_ ? static_cast<int>(block_size_) : 0;
     p.num_blocks = num_blocks_;

@@ -39,21 +39,11 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
  public:
   static constexpr const char* kImplementationName = "flashinfer";
 
-  Operator(const Tensor& query, const Tensor& key, const Tensor& value,
-           const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
-           const std::optional<Tensor>& block_table,
-           std::optional<double> scale, bool causal, int64_t window_left,
-           int64_t window_right, std::optional<int64_t> sliding_window,
-           const std::optional<Tensor>& cu_seqlens_q_host,
-           const std::optional<Tensor>& cu_seqlens_kv_host,
-           const std::optional<Tensor>& out)
-      : FlashAttention(query, key, value, cu_seqlens_q, cu_seqlens_kv,
-                       block_table, scale, causal, window_left, window_right,
-                       sliding_window, cu_seqlens_q_host, cu_seqlens_kv_host,
-                       out) {
+  explicit Operator(const Args& args) : FlashAttention(args) {
     namespace fi = cuda::flashinfer;
     fi::CheckCompiled(kName, dtype_, head_size_);
-    if (!cu_seqlens_q_host.has_value() || !cu_seqlens_kv_host.has_value()) {
+    if (!args.cu_seqlens_q_host.has_value() ||
+        !args.cu_seqlens_kv_host.has_value()) {
       fi::Refuse(kName,
                  "calls without cu_seqlens_q_host and cu_seqlens_kv_host "
                  "because its schedule is planned on the host, and reading "
@@ -73,11 +63,11 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     window_left_i32_ = window_left_ > std::numeric_limits<int32_t>::max()
                            ? -1
                            : static_cast<int32_t>(window_left_);
-    fi::CheckContiguousOut(kName, *out);
-    fi::CheckOperand(kName, "query", query);
+    fi::CheckContiguousOut(kName, *args.out);
+    fi::CheckOperand(kName, "query", args.query);
     if (paged_) {
-      fi::CheckCaches(kName, key, value);
-      fi::CheckPageIds(kName, *block_table, num_blocks_);
+      fi::CheckCaches(kName, args.key, args.value);
+      fi::CheckPageIds(kName, *args.block_table, num_blocks_);
       if (block_size_ > std::numeric_limits<int32_t>::max() ||
           max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
         fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
@@ -85,11 +75,11 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
                    "32 bits");
       }
     } else {
-      fi::CheckOperand(kName, "key", key);
-      fi::CheckOperand(kName, "value", value);
+      fi::CheckOperand(kName, "key", args.key);
+      fi::CheckOperand(kName, "value", args.value);
       // int32 cu_seqlens_kv cannot end past INT32_MAX; int64 ones can (a
       // stride-0 key passes CheckOperand), and the planner's are int32.
-      if (cu_seqlens_kv.dtype() == DataType::kInt64 &&
+      if (args.cu_seqlens_kv.dtype() == DataType::kInt64 &&
           num_tokens_kv_ > fi::kMaxOffset) {
         fi::Refuse(kName, num_tokens_kv_,
                    " kv tokens because FlashInfer counts tokens in 32 bits");
@@ -113,20 +103,15 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     });
   }
 
-  void operator()(const Handle& handle, const Tensor& query, const Tensor& key,
-                  const Tensor& value, const Tensor&, const Tensor&,
-                  const std::optional<Tensor>& block_table,
-                  std::optional<double>, bool, int64_t, int64_t,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& cu_seqlens_q_host,
-                  const std::optional<Tensor>& cu_seqlens_kv_host,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     namespace fi = cuda::flashinfer;
     if (num_tokens_q_ == 0 || batch_ == 0) return;
-    const std::vector<int64_t> cu_q = WidenIndices(
-        cu_seqlens_q_host->data(), cu_seqlens_q_host->dtype(), batch_ + 1);
-    const std::vector<int64_t> cu_kv = WidenIndices(
-        cu_seqlens_kv_host->data(), cu_seqlens_kv_host->dtype(), batch_ + 1);
+    const std::vector<int64_t> cu_q =
+        WidenIndices(args.cu_seqlens_q_host->data(),
+                     args.cu_seqlens_q_host->dtype(), batch_ + 1);
+    const std::vector<int64_t> cu_kv =
+        WidenIndices(args.cu_seqlens_kv_host->data(),
+                     args.cu_seqlens_kv_host->dtype(), batch_ + 1);
     CheckCuSeqlens(cu_q.data(), cu_kv.data(), batch_, num_tokens_q_,
                    num_tokens_kv_);
     // The planner's int32 copies are exact: the q offsets lie in [0, Tq]
@@ -150,10 +135,10 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     } else {
       kv.assign(cu_kv.begin(), cu_kv.end());
     }
-    fi::CheckAligned(kName, "query", query.data());
-    fi::CheckAligned(kName, "key", key.data());
-    fi::CheckAligned(kName, "value", value.data());
-    fi::CheckAligned(kName, "out", out->data());
+    fi::CheckAligned(kName, "query", args.query.data());
+    fi::CheckAligned(kName, "key", args.key.data());
+    fi::CheckAligned(kName, "value", args.value.data());
+    fi::CheckAligned(kName, "out", args.out->data());
 
     fi::PlanInput input;
     input.batch = static_cast<int>(batch_);
@@ -171,38 +156,38 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
     input.causal = causal_mask_;
     const fi::Plan plan = fi::MakePlan(input, fi::MultiprocessorCount(kName));
 
-    fi::LaunchArgs args;
-    args.q = query.data();
-    args.q_stride_n = query.stride(0);
-    args.q_stride_h = query.stride(1);
-    args.k = key.data();
-    args.v = value.data();
+    fi::LaunchArgs launch;
+    launch.q = args.query.data();
+    launch.q_stride_n = args.query.stride(0);
+    launch.q_stride_h = args.query.stride(1);
+    launch.k = args.key.data();
+    launch.v = args.value.data();
     if (paged_) {
-      args.page_stride = key.stride(0);
-      args.page_stride_n = key.stride(1);
-      args.page_stride_h = key.stride(2);
-      args.page_size = static_cast<int>(block_size_);
+      launch.page_stride = args.key.stride(0);
+      launch.page_stride_n = args.key.stride(1);
+      launch.page_stride_h = args.key.stride(2);
+      launch.page_size = static_cast<int>(block_size_);
     } else {
-      args.k_stride_n = key.stride(0);
-      args.k_stride_h = key.stride(1);
-      args.v_stride_n = value.stride(0);
-      args.v_stride_h = value.stride(1);
+      launch.k_stride_n = args.key.stride(0);
+      launch.k_stride_h = args.key.stride(1);
+      launch.v_stride_n = args.value.stride(0);
+      launch.v_stride_h = args.value.stride(1);
     }
-    args.o = out->data();
-    args.batch = input.batch;
-    args.num_qo_heads = input.num_qo_heads;
-    args.num_kv_heads = input.num_kv_heads;
-    args.head_dim = input.head_dim;
-    args.sm_scale = scale_;
-    args.window_left = window_left_i32_;
+    launch.o = args.out->data();
+    launch.batch = input.batch;
+    launch.num_qo_heads = input.num_qo_heads;
+    launch.num_kv_heads = input.num_kv_heads;
+    launch.head_dim = input.head_dim;
+    launch.sm_scale = scale_;
+    launch.window_left = window_left_i32_;
     fi::PagedTable table;
     if (paged_) {
-      table.table = block_table->data();
-      table.wide = block_table->dtype() == DataType::kInt64;
-      table.stride = block_table->stride(0);
+      table.table = args.block_table->data();
+      table.wide = args.block_table->dtype() == DataType::kInt64;
+      table.stride = args.block_table->stride(0);
       table.num_blocks = num_blocks_;
     }
-    fi::Execute(handle, plan, args, paged_ ? &table : nullptr, small_, large_,
+    fi::Execute(handle, plan, launch, paged_ ? &table : nullptr, small_, large_,
                 fi::NanBits(dtype_), kName);
   }
 

@@ -20,10 +20,9 @@ class Operator<Gemm, Device::Type::kCuda, 0> : public Gemm {
   static constexpr const char* kImplementationName = "cublaslt";
   using Gemm::Gemm;
 
-  void operator()(const Handle& handle, const Tensor& a, const Tensor& b,
-                  const std::optional<Tensor>& c, double, double, bool, bool,
-                  const std::optional<Tensor>& out) const override {
-    gemm_.Run(handle, a.data(), b.data(), c ? c->data() : nullptr, out->data());
+  void operator()(const Handle& handle, const Args& args) const override {
+    gemm_.Run(handle, args.a.data(), args.b.data(),
+              args.c ? args.c->data() : nullptr, args.out->data());
   }
 
  private:

@@ -20,11 +20,9 @@ class Operator<Linear, Device::Type::kCuda, 0> : public Linear {
   static constexpr const char* kImplementationName = "cublaslt";
   using Linear::Linear;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& weight, const std::optional<Tensor>& bias,
-                  const std::optional<Tensor>& out) const override {
-    gemm_.Run(handle, input.data(), weight.data(),
-              bias ? bias->data() : nullptr, out->data());
+  void operator()(const Handle& handle, const Args& args) const override {
+    gemm_.Run(handle, args.input.data(), args.weight.data(),
+              args.bias ? args.bias->data() : nullptr, args.out->data());
   }
 
  private:

@@ -20,12 +20,10 @@ class Operator<Matmul, Device::Type::kCuda, 0> : public Matmul {
   static constexpr const char* kImplementationName = "cublaslt";
   using Matmul::Matmul;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     // One launch per outer batch index (GemmLayout::outer), usually one.
-    ForEachOuterProduct(layout_, DataTypeSize(dtype_), input.data(),
-                        other.data(), out->data(),
+    ForEachOuterProduct(layout_, DataTypeSize(dtype_), args.input.data(),
+                        args.other.data(), args.out->data(),
                         [&](const void* a, const void* b, void* y) {
                           gemm_.Run(handle, a, b, nullptr, y);
                         });

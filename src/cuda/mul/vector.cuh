@@ -15,11 +15,9 @@ class Operator<Mul, Device::Type::kCuda, 0> : public Mul {
   static constexpr const char* kImplementationName = "vector";
   using Mul::Mul;
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& other,
-                  const std::optional<Tensor>& out) const override {
-    cuda::RunBinary<cuda::MulFn>(layout_, dtype_, *out, input, other,
-                                 cuda::StreamOf(handle), kName);
+  void operator()(const Handle& handle, const Args& args) const override {
+    cuda::RunBinary<cuda::MulFn>(layout_, dtype_, *args.out, args.input,
+                                 args.other, cuda::StreamOf(handle), kName);
   }
 };
 

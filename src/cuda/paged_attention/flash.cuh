@@ -193,14 +193,7 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
  public:
   static constexpr const char* kImplementationName = "flash";
 
-  Operator(const Tensor& query, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& seq_lens,
-           const Tensor& block_table, std::optional<double> scale,
-           const std::optional<Tensor>& seq_lens_host,
-           const std::optional<Tensor>& block_table_host,
-           const std::optional<Tensor>& out)
-      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
-                       scale, seq_lens_host, block_table_host, out) {
+  explicit Operator(const Args& args) : PagedAttention(args) {
     constexpr int64_t kMaxGridYZ = 65535;
     const int64_t group = num_heads_ / num_kv_heads_;
     head_chunks_ = (group + cuda::kAttentionRows - 1) / cuda::kAttentionRows;
@@ -224,21 +217,15 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
     });
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& seq_lens, const Tensor& block_table,
-                  std::optional<double>,
-                  const std::optional<Tensor>& seq_lens_host,
-                  const std::optional<Tensor>&,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (batch_ == 0) return;
     // The longest context the grid must cover: the host mirror's (clamped
     // to the table, as the kernel treats longer lengths as invalid), else
     // the table's capacity.
     int64_t max_len = capacity_;
-    if (seq_lens_host) {
-      const std::vector<int64_t> lens =
-          WidenIndices(seq_lens_host->data(), seq_lens_host->dtype(), batch_);
+    if (args.seq_lens_host) {
+      const std::vector<int64_t> lens = WidenIndices(
+          args.seq_lens_host->data(), args.seq_lens_host->dtype(), batch_);
       max_len = 0;
       for (const int64_t len : lens) max_len = std::max(max_len, len);
       max_len = std::min(max_len, capacity_);
@@ -257,19 +244,19 @@ class Operator<PagedAttention, Device::Type::kCuda, 0> : public PagedAttention {
     }
 
     cuda::PagedAttentionParams p;
-    p.query = query.data();
-    p.q_stride_batch = query.stride(0);
-    p.q_stride_head = query.stride(1);
-    p.out = out->data();
-    p.o_stride_batch = out->stride(0);
-    p.o_stride_head = out->stride(1);
-    p.key = {key_cache.data(), key_cache.stride(0), key_cache.stride(1),
-             key_cache.stride(2)};
-    p.value = {value_cache.data(), value_cache.stride(0), value_cache.stride(1),
-               value_cache.stride(2)};
-    p.seq_lens = cuda::IndexArray::Of(seq_lens);
-    p.table = cuda::IndexArray::Of(block_table);
-    p.table_stride = block_table.stride(0);
+    p.query = args.query.data();
+    p.q_stride_batch = args.query.stride(0);
+    p.q_stride_head = args.query.stride(1);
+    p.out = args.out->data();
+    p.o_stride_batch = args.out->stride(0);
+    p.o_stride_head = args.out->stride(1);
+    p.key = {args.key_cache.data(), args.key_cache.stride(0),
+             args.key_cache.stride(1), args.key_cache.stride(2)};
+    p.value = {args.value_cache.data(), args.value_cache.stride(0),
+               args.value_cache.stride(1), args.value_cache.stride(2)};
+    p.seq_lens = cuda::IndexArray::Of(args.seq_lens);
+    p.table = cuda::IndexArray::Of(args.block_table);
+    p.table_stride = args.block_table.stride(0);
     p.max_blocks = max_blocks_;
     p.block_size = static_cast<int>(block_size_);
     p.num_blocks = num_blocks_;

@@ -38,26 +38,19 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
  public:
   static constexpr const char* kImplementationName = "flashinfer";
 
-  Operator(const Tensor& query, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& seq_lens,
-           const Tensor& block_table, std::optional<double> scale,
-           const std::optional<Tensor>& seq_lens_host,
-           const std::optional<Tensor>& block_table_host,
-           const std::optional<Tensor>& out)
-      : PagedAttention(query, key_cache, value_cache, seq_lens, block_table,
-                       scale, seq_lens_host, block_table_host, out) {
+  explicit Operator(const Args& args) : PagedAttention(args) {
     namespace fi = cuda::flashinfer;
     fi::CheckCompiled(kName, dtype_, head_size_);
-    if (!seq_lens_host.has_value()) {
+    if (!args.seq_lens_host.has_value()) {
       fi::Refuse(kName,
                  "calls without seq_lens_host because its schedule is "
                  "planned on the host, and reading the device seq_lens would "
                  "need a blocking device-to-host copy");
     }
-    fi::CheckContiguousOut(kName, *out);
-    fi::CheckOperand(kName, "query", query);
-    fi::CheckCaches(kName, key_cache, value_cache);
-    fi::CheckPageIds(kName, block_table, num_blocks_);
+    fi::CheckContiguousOut(kName, *args.out);
+    fi::CheckOperand(kName, "query", args.query);
+    fi::CheckCaches(kName, args.key_cache, args.value_cache);
+    fi::CheckPageIds(kName, args.block_table, num_blocks_);
     if (block_size_ > std::numeric_limits<int32_t>::max() ||
         max_blocks_ * block_size_ > std::numeric_limits<int32_t>::max()) {
       fi::Refuse(kName, "block size ", block_size_, " with ", max_blocks_,
@@ -77,17 +70,11 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     }
   }
 
-  void operator()(const Handle& handle, const Tensor& query,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor&, const Tensor& block_table,
-                  std::optional<double>,
-                  const std::optional<Tensor>& seq_lens_host,
-                  const std::optional<Tensor>&,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     namespace fi = cuda::flashinfer;
     if (batch_ == 0) return;
-    const std::vector<int64_t> wide =
-        WidenIndices(seq_lens_host->data(), seq_lens_host->dtype(), batch_);
+    const std::vector<int64_t> wide = WidenIndices(
+        args.seq_lens_host->data(), args.seq_lens_host->dtype(), batch_);
     const int64_t capacity = max_blocks_ * block_size_;
     for (int64_t b = 0; b < batch_; ++b) {
       POLYOPS_CHECK(wide[b] >= 0 && wide[b] <= capacity, "polyops.", kName,
@@ -97,10 +84,10 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     }
     // Exact: capacity <= INT32_MAX (the constructor refused more).
     const std::vector<int32_t> lens(wide.begin(), wide.end());
-    fi::CheckAligned(kName, "query", query.data());
-    fi::CheckAligned(kName, "key_cache", key_cache.data());
-    fi::CheckAligned(kName, "value_cache", value_cache.data());
-    fi::CheckAligned(kName, "out", out->data());
+    fi::CheckAligned(kName, "query", args.query.data());
+    fi::CheckAligned(kName, "key_cache", args.key_cache.data());
+    fi::CheckAligned(kName, "value_cache", args.value_cache.data());
+    fi::CheckAligned(kName, "out", args.out->data());
 
     fi::PlanInput input;
     input.batch = static_cast<int>(batch_);
@@ -112,29 +99,29 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
     input.page_size = static_cast<int>(block_size_);
     const fi::Plan plan = fi::MakePlan(input, fi::MultiprocessorCount(kName));
 
-    fi::LaunchArgs args;
-    args.q = query.data();
-    args.q_stride_n = query.stride(0);
-    args.q_stride_h = query.stride(1);
-    args.k = key_cache.data();
-    args.v = value_cache.data();
-    args.page_stride = key_cache.stride(0);
-    args.page_stride_n = key_cache.stride(1);
-    args.page_stride_h = key_cache.stride(2);
-    args.page_size = input.page_size;
-    args.o = out->data();
-    args.batch = input.batch;
-    args.num_qo_heads = input.num_qo_heads;
-    args.num_kv_heads = input.num_kv_heads;
-    args.head_dim = input.head_dim;
-    args.sm_scale = scale_;
+    fi::LaunchArgs launch;
+    launch.q = args.query.data();
+    launch.q_stride_n = args.query.stride(0);
+    launch.q_stride_h = args.query.stride(1);
+    launch.k = args.key_cache.data();
+    launch.v = args.value_cache.data();
+    launch.page_stride = args.key_cache.stride(0);
+    launch.page_stride_n = args.key_cache.stride(1);
+    launch.page_stride_h = args.key_cache.stride(2);
+    launch.page_size = input.page_size;
+    launch.o = args.out->data();
+    launch.batch = input.batch;
+    launch.num_qo_heads = input.num_qo_heads;
+    launch.num_kv_heads = input.num_kv_heads;
+    launch.head_dim = input.head_dim;
+    launch.sm_scale = scale_;
     fi::PagedTable table;
-    table.table = block_table.data();
-    table.wide = block_table.dtype() == DataType::kInt64;
-    table.stride = block_table.stride(0);
+    table.table = args.block_table.data();
+    table.wide = args.block_table.dtype() == DataType::kInt64;
+    table.stride = args.block_table.stride(0);
     table.num_blocks = num_blocks_;
-    fi::Execute(handle, plan, args, &table, small_, large_, fi::NanBits(dtype_),
-                kName);
+    fi::Execute(handle, plan, launch, &table, small_, large_,
+                fi::NanBits(dtype_), kName);
   }
 
  private:

@@ -76,9 +76,7 @@ class Operator<ReshapeAndCache, Device::Type::kCuda, 0>
  public:
   static constexpr const char* kImplementationName = "vector";
 
-  Operator(const Tensor& key, const Tensor& value, const Tensor& key_cache,
-           const Tensor& value_cache, const Tensor& slot_mapping)
-      : ReshapeAndCache(key, value, key_cache, value_cache, slot_mapping) {
+  explicit Operator(const Args& args) : ReshapeAndCache(args) {
     const int64_t width = 16 / element_size_;  // elements per 16 bytes
     packable_ = head_size_ % width == 0;
     for (int64_t stride :
@@ -96,27 +94,26 @@ class Operator<ReshapeAndCache, Device::Type::kCuda, 0>
         std::min<int64_t>((std::max<int64_t>(units, 1) + 31) / 32 * 32, 512));
   }
 
-  void operator()(const Handle& handle, const Tensor& key, const Tensor& value,
-                  const Tensor& key_cache, const Tensor& value_cache,
-                  const Tensor& slot_mapping) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (tokens_ == 0 || heads_ * head_size_ == 0) return;
-    const bool packed = packable_ && cuda::Aligned16(key.data()) &&
-                        cuda::Aligned16(value.data()) &&
-                        cuda::Aligned16(key_cache.data()) &&
-                        cuda::Aligned16(value_cache.data());
+    const bool packed = packable_ && cuda::Aligned16(args.key.data()) &&
+                        cuda::Aligned16(args.value.data()) &&
+                        cuda::Aligned16(args.key_cache.data()) &&
+                        cuda::Aligned16(args.value_cache.data());
     cuda::CacheCopy copy = packed ? packed_ : elements_;
-    copy.slots = slot_mapping.data();
+    copy.slots = args.slot_mapping.data();
     const cudaStream_t stream = cuda::StreamOf(handle);
     const unsigned blocks =
         static_cast<unsigned>(std::min<int64_t>(tokens_, 0x7fffffff));
     if (packed) {
-      Launch<uint4>(key, value, key_cache, value_cache, copy, blocks, stream);
+      Launch<uint4>(args.key, args.value, args.key_cache, args.value_cache,
+                    copy, blocks, stream);
     } else if (element_size_ == 2) {
-      Launch<uint16_t>(key, value, key_cache, value_cache, copy, blocks,
-                       stream);
+      Launch<uint16_t>(args.key, args.value, args.key_cache, args.value_cache,
+                       copy, blocks, stream);
     } else {
-      Launch<uint32_t>(key, value, key_cache, value_cache, copy, blocks,
-                       stream);
+      Launch<uint32_t>(args.key, args.value, args.key_cache, args.value_cache,
+                       copy, blocks, stream);
     }
   }
 

@@ -47,31 +47,27 @@ class Operator<RmsNorm, Device::Type::kCuda, 0> : public RmsNorm {
  public:
   static constexpr const char* kImplementationName = "vector";
 
-  Operator(const Tensor& input, const Tensor& weight, double eps = 1e-6,
-           const std::optional<Tensor>& out = std::nullopt)
-      : RmsNorm(input, weight, eps, out),
-        map_(cuda::RowMap<2>::Of(rows_, rows_.ndim)) {
+  explicit Operator(const Args& args)
+      : RmsNorm(args), map_(cuda::RowMap<2>::Of(rows_, rows_.ndim)) {
     if (hidden_ == 0) map_.count = 0;  // nothing to write
-    const int64_t width = 16 / input.element_size();
+    const int64_t width = 16 / args.input.element_size();
     packable_ = hidden_ % width == 0 && map_.StridesMultipleOf(width);
     threads_ = cuda::RowThreads(hidden_ / (packable_ ? width : 1), map_.count);
   }
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const Tensor& weight, double eps,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (map_.count == 0) return;
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.rms_norm", [&](auto tag) {
           using N = cuda::NativeT<typename decltype(tag)::type>;
-          N* y = static_cast<N*>(out->data());
-          const N* x = static_cast<const N*>(input.data());
-          const N* w = static_cast<const N*>(weight.data());
+          N* y = static_cast<N*>(args.out->data());
+          const N* x = static_cast<const N*>(args.input.data());
+          const N* w = static_cast<const N*>(args.weight.data());
           const bool packed = packable_ && cuda::Aligned16(y) &&
                               cuda::Aligned16(x) && cuda::Aligned16(w);
           const cudaStream_t stream = cuda::StreamOf(handle);
           const unsigned blocks = cuda::RowBlocks(map_.count);
-          const float eps_f = static_cast<float>(eps);
+          const float eps_f = static_cast<float>(args.eps);
           if (packed) {
             cuda::RmsNormKernel<N, cuda::kVector16<N>>
                 <<<blocks, threads_, 0, stream>>>(y, x, w, map_, hidden_,

@@ -20,31 +20,20 @@ class Operator<RotaryEmbedding, Device::Type::kCuda, 0>
  public:
   static constexpr const char* kImplementationName = "token";
 
-  Operator(const Tensor& positions, const Tensor& query,
-           const std::optional<Tensor>& key, int64_t head_size,
-           const Tensor& cos_sin_cache, bool is_neox_style = true,
-           std::optional<int64_t> rotary_dim = std::nullopt,
-           const std::optional<Tensor>& query_out = std::nullopt,
-           const std::optional<Tensor>& key_out = std::nullopt)
-      : RotaryEmbedding(positions, query, key, head_size, cos_sin_cache,
-                        is_neox_style, rotary_dim, query_out, key_out) {
+  explicit Operator(const Args& args) : RotaryEmbedding(args) {
     cuda::CheckRotaryFits(geometry_, kName);
   }
 
-  void operator()(const Handle& handle, const Tensor& positions,
-                  const Tensor& query, const std::optional<Tensor>& key,
-                  int64_t, const Tensor& cos_sin_cache, bool,
-                  std::optional<int64_t>,
-                  const std::optional<Tensor>& query_out,
-                  const std::optional<Tensor>& key_out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     cuda::RotateQueryKey(
-        handle, geometry_, dtype_, table_dtype_, query, key, query_out, key_out,
-        kName, [&](auto& table) {
-          table.cos = static_cast<decltype(table.cos)>(cos_sin_cache.data());
+        handle, geometry_, dtype_, table_dtype_, args.query, args.key,
+        args.query_out, args.key_out, kName, [&](auto& table) {
+          table.cos =
+              static_cast<decltype(table.cos)>(args.cos_sin_cache.data());
           table.sin = table.cos + geometry_.rotary_dim / 2;
           table.cos_stride = cache_stride_;
           table.sin_stride = cache_stride_;
-          table.positions = positions.data();
+          table.positions = args.positions.data();
           table.positions_int32 = position_dtype_ == DataType::kInt32;
           table.position_stride = position_stride_;
           table.rows = max_position_;

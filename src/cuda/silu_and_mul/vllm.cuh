@@ -30,18 +30,16 @@ class Operator<SiluAndMul, Device::Type::kCuda, 1> : public SiluAndMul {
  public:
   static constexpr const char* kImplementationName = "vllm";
 
-  explicit Operator(const Tensor& input,
-                    const std::optional<Tensor>& out = std::nullopt)
-      : SiluAndMul(input, out),
-        plan_(cuda::BinaryMapPlan::Make(layout_, input.element_size())) {}
+  explicit Operator(const Args& args)
+      : SiluAndMul(args),
+        plan_(cuda::BinaryMapPlan::Make(layout_, args.input.element_size())) {}
 
-  void operator()(const Handle& handle, const Tensor& input,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.silu_and_mul", [&](auto tag) {
           using N = cuda::NativeT<typename decltype(tag)::type>;
-          const N* gate = static_cast<const N*>(input.data());
-          cuda::LaunchBinaryMap(plan_, static_cast<N*>(out->data()), gate,
+          const N* gate = static_cast<const N*>(args.input.data());
+          cuda::LaunchBinaryMap(plan_, static_cast<N*>(args.out->data()), gate,
                                 gate + up_offset_, cuda::SiluRoundedMulFn<N>{},
                                 cuda::StreamOf(handle), kName);
         });

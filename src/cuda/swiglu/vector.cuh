@@ -27,19 +27,17 @@ class Operator<Swiglu, Device::Type::kCuda, 0> : public Swiglu {
  public:
   static constexpr const char* kImplementationName = "vector";
 
-  Operator(const Tensor& input, const Tensor& gate,
-           const std::optional<Tensor>& out = std::nullopt)
-      : Swiglu(input, gate, out),
-        plan_(cuda::BinaryMapPlan::Make(layout_, input.element_size())) {}
+  explicit Operator(const Args& args)
+      : Swiglu(args),
+        plan_(cuda::BinaryMapPlan::Make(layout_, args.input.element_size())) {}
 
-  void operator()(const Handle& handle, const Tensor& input, const Tensor& gate,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     DispatchDataType<POLYOPS_FLOAT_TYPES>(
         dtype_, "polyops.swiglu", [&](auto tag) {
           using N = cuda::NativeT<typename decltype(tag)::type>;
-          cuda::LaunchBinaryMap(plan_, static_cast<N*>(out->data()),
-                                static_cast<const N*>(input.data()),
-                                static_cast<const N*>(gate.data()),
+          cuda::LaunchBinaryMap(plan_, static_cast<N*>(args.out->data()),
+                                static_cast<const N*>(args.input.data()),
+                                static_cast<const N*>(args.gate.data()),
                                 cuda::SwigluFn{}, cuda::StreamOf(handle),
                                 kName);
         });

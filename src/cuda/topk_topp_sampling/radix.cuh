@@ -24,10 +24,7 @@ class Operator<TopkToppSampling, Device::Type::kCuda, 0>
  public:
   static constexpr const char* kImplementationName = "radix";
 
-  Operator(const Tensor& logits, const ScalarOrTensor& top_k,
-           const ScalarOrTensor& top_p, const std::optional<Tensor>& uniform,
-           std::optional<int64_t> seed, const std::optional<Tensor>& out)
-      : TopkToppSampling(logits, top_k, top_p, uniform, seed, out) {
+  explicit Operator(const Args& args) : TopkToppSampling(args) {
     if (batch_ == 0) return;
     int device = 0;
     int sms = 0;
@@ -44,43 +41,39 @@ class Operator<TopkToppSampling, Device::Type::kCuda, 0>
     scratch_bytes_ = static_cast<size_t>(blocks_ * per_row);
   }
 
-  void operator()(const Handle& handle, const Tensor& logits,
-                  const ScalarOrTensor& top_k, const ScalarOrTensor& top_p,
-                  const std::optional<Tensor>& uniform,
-                  std::optional<int64_t> seed,
-                  const std::optional<Tensor>& out) const override {
+  void operator()(const Handle& handle, const Args& args) const override {
     if (batch_ == 0) return;
-    cuda::SamplingArgs args{};
-    args.batch = batch_;
-    args.vocab = vocab_;
-    args.row_stride = row_stride_;
-    args.top_k_scalar = top_k_;
-    if (top_k.tensor) {
-      args.top_k = top_k.tensor->data();
-      args.top_k_int64 = top_k.tensor->dtype() == DataType::kInt64;
-      args.top_k_stride = top_k.tensor->stride(0);
+    cuda::SamplingArgs launch{};
+    launch.batch = batch_;
+    launch.vocab = vocab_;
+    launch.row_stride = row_stride_;
+    launch.top_k_scalar = top_k_;
+    if (args.top_k.tensor) {
+      launch.top_k = args.top_k.tensor->data();
+      launch.top_k_int64 = args.top_k.tensor->dtype() == DataType::kInt64;
+      launch.top_k_stride = args.top_k.tensor->stride(0);
     }
-    args.top_p_scalar = top_p_;
-    if (top_p.tensor) {
-      args.top_p = top_p.tensor->data_as<float>();
-      args.top_p_stride = top_p.tensor->stride(0);
+    launch.top_p_scalar = top_p_;
+    if (args.top_p.tensor) {
+      launch.top_p = args.top_p.tensor->data_as<float>();
+      launch.top_p_stride = args.top_p.tensor->stride(0);
     }
-    if (uniform) {
-      args.uniform = uniform->data_as<float>();
-      args.uniform_stride = uniform->stride(0);
+    if (args.uniform) {
+      launch.uniform = args.uniform->data_as<float>();
+      launch.uniform_stride = args.uniform->stride(0);
     } else {
-      args.seed = *seed;
+      launch.seed = *args.seed;
     }
-    args.out = out->data();
-    args.out_int32 = out_dtype_ == DataType::kInt32;
+    launch.out = args.out->data();
+    launch.out_int32 = out_dtype_ == DataType::kInt32;
     cuda::Workspace scratch(handle, scratch_bytes_, kName);
     const cudaStream_t stream = cuda::StreamOf(handle);
     DispatchDataType<POLYOPS_FLOAT_TYPES>(dtype_, kName, [&](auto tag) {
       using T = typename decltype(tag)::type;
       cuda::SampleRows<<<static_cast<unsigned>(blocks_), cuda::kSamplingThreads,
                          0, stream>>>(
-          reinterpret_cast<const cuda::NativeT<T>*>(logits.data_as<T>()), args,
-          static_cast<uint64_t*>(scratch.data()));
+          reinterpret_cast<const cuda::NativeT<T>*>(args.logits.data_as<T>()),
+          launch, static_cast<uint64_t*>(scratch.data()));
     });
     cuda::CheckLaunch(kName);
   }
