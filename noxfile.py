@@ -47,7 +47,7 @@ FLASHINFER_CI = [
 # compiled in, errors without a usable GPU); the GPU tests in them skip with
 # a reason. The emulated CUDA kernels need no CUDA build: `nox -s tests`
 # runs them.
-CUDA_BUILD_TESTS = ["tests/test_cuda.py", "tests/test_cuda_ops.py"]
+CUDA_BUILD_TESTS = ["tests/cuda/test_cuda.py", "tests/cuda/test_cuda_ops.py"]
 # Upper bound of one install step (compile included), in seconds: the CPU
 # build takes about 5 min on 2 cores, the CUDA-enabled one about 15 min on 2
 # loaded cores (docs/contributing/ci.md).
@@ -67,7 +67,7 @@ def _build_and_test(session: nox.Session, cuda: bool, pytest_args: list[str]) ->
         session.log(f"nvcc: {nvcc}; building with WITH_CUDA=ON (compile check, no GPU needed)")
         session.install(CUBLAS)
         config = ["-C", "cmake.define.WITH_CUDA=ON", *FLASHINFER_CI]
-        env["POLYOPS_EXPECT_FLASHINFER"] = "1"  # tests/test_cuda.py checks the slot is listed
+        env["POLYOPS_EXPECT_FLASHINFER"] = "1"  # tests/cuda/test_cuda.py checks the slot is listed
     else:
         # A CPU-only torch never builds the CUDA backend (WITH_CUDA=AUTO), but say so
         # explicitly: a CUDA torch in this venv would otherwise add the CUDA compile.

@@ -60,9 +60,10 @@ case "${1:-}" in
     ;;
   test)
     python3 -m pytest -q -rs --timeout 300 -p no:cacheprovider \
-      tests/test_cuda.py tests/test_cuda_rows.py tests/test_cuda_ops.py \
-      tests/test_cuda_attention.py tests/test_fallback.py tests/test_parity.py \
-      tests/test_silu_vllm.py tests/test_integrations_vllm.py \
+      tests/cuda/test_cuda.py tests/cuda/test_cuda_rows.py \
+      tests/cuda/test_cuda_ops.py tests/cuda/test_cuda_attention.py \
+      tests/generic/test_fallback.py tests/generic/test_parity.py \
+      tests/cpu/test_silu_vllm.py tests/integrations/test_integrations_vllm.py \
       --junitxml "$OUT/junit.xml" 2>&1 | tee "$OUT/tests.log"
     (cd /tmp && python3 -m polyops parity --device cuda --json "$OUT/parity.json") \
       >"$OUT/parity.txt" 2>&1
@@ -86,8 +87,8 @@ case "${1:-}" in
     echo
     (cd /tmp && python3 -c 'import polyops; print(polyops._C._onednn_info())') |
       tee "$OUT/onednn.txt"
-    python3 -m pytest -q -rs -p no:cacheprovider tests/test_gemm.py \
-      tests/test_gemm_onednn.py --junitxml "$OUT/cpu_junit.xml" \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/generic/test_gemm.py \
+      tests/cpu/test_gemm_onednn.py --junitxml "$OUT/cpu_junit.xml" \
       >"$OUT/cpu_tests.log" 2>&1
     tail -3 "$OUT/cpu_tests.log"
     # Bounded runs, each with its own JSON: the decode and square rows, then
@@ -116,8 +117,8 @@ case "${1:-}" in
     echo
     (cd /tmp && python3 -c 'import polyops; print(polyops._C._cpu_isa())') |
       tee -a "$OUT/isa_flags.txt"
-    python3 -m pytest -q -rs -p no:cacheprovider tests/test_cpu_isa.py \
-      tests/test_cpu_wide_vectors.py --junitxml "$OUT/isa_junit.xml" \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/cpu/test_cpu_isa.py \
+      tests/cpu/test_cpu_wide_vectors.py --junitxml "$OUT/isa_junit.xml" \
       >"$OUT/isa_tests.log" 2>&1
     tail -3 "$OUT/isa_tests.log"
     ;;

@@ -57,6 +57,18 @@ void OpState::ThrowBadSlot(Device::Type device, int64_t requested) const {
                      "'; available: ", DescribeSlots(device)));
 }
 
+int OpState::SlotNamed(Device::Type device, std::string_view name) const {
+  const SlotTable& table = Slots(device);
+  if (table.count == 0) ThrowNoImplementation(device);
+  for (int i = 0; i < table.count; ++i) {
+    if (name == table.slots[i].name) return table.slots[i].index;
+  }
+  throw InvalidArgument(
+      detail::Concat("polyops.", name_, ": implementation='", name,
+                     "' does not exist on device '", DeviceTypeName(device),
+                     "'; available: ", DescribeSlots(device)));
+}
+
 void OpState::ThrowRefusedForTesting(Device::Type device, int index) const {
   throw NotImplemented(detail::Concat("polyops.", name_,
                                       ": implementation_index=", index,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -70,6 +71,10 @@ class OpState {
   }
 
   std::string DescribeSlots(Device::Type device) const;
+
+  // The index of the slot named `name` (its kImplementationName) on
+  // `device`; InvalidArgument listing the slots when there is none.
+  int SlotNamed(Device::Type device, std::string_view name) const;
 
   // Testing hook (polyops._C._refuse_implementations): the constructor of
   // every slot in `mask` (bit i = slot i) on `device` is treated as raising

@@ -99,6 +99,23 @@ bool ArgBool(PyObject* value, const char* op, const char* name) {
   ThrowWrongType(value, op, name, "a bool");
 }
 
+int64_t ArgImplementation(PyObject* value, std::optional<int64_t> index,
+                          const OpState& state, Device device) {
+  if (index) {
+    throw ArgumentError(detail::Concat(
+        "polyops.", state.name(),
+        ": pass implementation_index or implementation, not both"));
+  }
+  if (!PyUnicode_Check(value)) {
+    ThrowWrongType(value, state.name(), "implementation",
+                   "a str (a slot name, see polyops.implementations)");
+  }
+  Py_ssize_t size = 0;
+  const char* name = PyUnicode_AsUTF8AndSize(value, &size);
+  if (!name) throw py::error_already_set();
+  return state.SlotNamed(device.type, std::string_view(name, size));
+}
+
 void RegisterErrorTranslator() {
   py::register_local_exception_translator([](std::exception_ptr pointer) {
     try {

@@ -207,7 +207,7 @@ class ArgumentError : public Error {
 // keyword arguments, several times the whole kernel on small tensors.
 struct Signature {
   const char* op;
-  const char* const* names;  // the op's parameters, then the two common ones
+  const char* const* names;  // the op's parameters, then the three common ones
   int count;
   int num_positional;
   PyObject** interned;  // `count` interned names, filled by InternNames
@@ -240,6 +240,11 @@ inline PyObject* Required(PyObject* value, const Signature& signature,
 double ArgDouble(PyObject* value, const char* op, const char* name);
 int64_t ArgInt(PyObject* value, const char* op, const char* name);
 bool ArgBool(PyObject* value, const char* op, const char* name);
+
+// implementation="<name>": the index of the slot of that name on `device`
+// (docs/user/api.md). Giving implementation_index too is a TypeError.
+int64_t ArgImplementation(PyObject* value, std::optional<int64_t> index,
+                          const OpState& state, Device device);
 
 // An output that defaults to an input (in place): the caller's output if
 // given, else that input's object (None stays None).

@@ -6,7 +6,7 @@ zero-size, strided and in-place forms, GQA / paged / windowed / partial-rotary
 / varlen variants), an independent float64 reference written from the math
 (:mod:`polyops.testing.references`) and per-dtype tolerances documented next
 to it. :func:`run_parity` runs every case on every device present x slot x
-dtype and returns :class:`Record` s; the test suite (tests/test_parity.py) and
+dtype and returns :class:`Record` s; the test suite (tests/generic/test_parity.py) and
 ``python -m polyops parity`` both draw from it. See docs/user/testing.md.
 
 :func:`use_cann_double` (in a fresh process, before any NPU use) makes polyops

@@ -5,7 +5,7 @@ contract in a way polyops cannot detect or correct without reading the data
 (docs/backends/ascend.md). Declaring it here, as data, is the only way to excuse a
 failing parity record: the runner then labels the record ``xfail`` (with
 the reason) instead of ``fail``, the CLI counts it apart and exits 0, and
-tests/test_parity.py marks the case ``xfail(strict=True)``. A declared case
+tests/generic/test_parity.py marks the case ``xfail(strict=True)``. A declared case
 that passes is labelled ``xpass`` (the declaration is stale: the tests fail
 on it), and a declared case that fails in another way than ``fails_with``
 stays a plain ``fail``.

@@ -553,7 +553,8 @@ POLYOPS_INLINE void AttendTile(const AttentionArgs<T>& a,
       const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
       // One NaN in every variant: a NaN's sign follows the operand order
       // the compiler picks for a commutative operation, which differs
-      // between the variants' vector widths (tests/test_cpu_wide_vectors.py).
+      // between the variants' vector widths
+      // (tests/cpu/test_cpu_wide_vectors.py).
       for (int64_t d = 0; d < d_size; ++d) {
         const float v = o[d] * inverse;
         o[d] = v == v ? v : std::numeric_limits<float>::quiet_NaN();

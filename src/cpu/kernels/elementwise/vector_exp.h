@@ -16,7 +16,7 @@ namespace polyops::cpu {
 // exp(x) as the same sequence of float32 operations as torch's CPU exp
 // (Sleef's expf u10 with fused multiply-adds, what ATen's Vectorized<float>
 // exp and therefore F.silu call on AVX2 and AVX-512), so silu,
-// g / (1 + exp(-g)), gives F.silu's bits: tests/test_silu_vllm.py finds no
+// g / (1 + exp(-g)), gives F.silu's bits: tests/cpu/test_silu_vllm.py finds no
 // difference over 36 million inputs. Written from the algorithm, not the
 // source: q = rint(x * log2(e)) (the product rounded first, then rounded to
 // an integer by the 1.5 * 2^23 shifter), s = x - q ln2 with ln2 split in two

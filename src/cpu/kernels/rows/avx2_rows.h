@@ -8,7 +8,7 @@
 // staged rows ran bfloat16 rms_norm at 0.40x a copy's bandwidth on two threads
 // (docs/perf/cpu_rms_norm.md). Each loop keeps the summation order and the
 // rounding of the generic kernels in row_kernels.h, so every variant gives the
-// same bits (tests/test_cpu_isa.py); tails shorter than a vector run those
+// same bits (tests/cpu/test_cpu_isa.py); tails shorter than a vector run those
 // kernels' scalar steps, or a masked chunk where the memory is there (softmax).
 #ifndef POLYOPS_CPU_KERNELS_ROWS_AVX2_ROWS_H_
 #define POLYOPS_CPU_KERNELS_ROWS_AVX2_ROWS_H_

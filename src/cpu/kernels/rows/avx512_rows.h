@@ -5,7 +5,8 @@
 // (no second copy pass), left unfenced: callers run the rows under
 // ParallelForStreaming (cpu/runtime/parallel.h), which fences once per thread.
 // Every loop keeps the summation order and the rounding of the generic kernels
-// in row_kernels.h, so the variants give the same bits (tests/test_cpu_isa.py).
+// in row_kernels.h, so the variants give the same bits
+// (tests/cpu/test_cpu_isa.py).
 #ifndef POLYOPS_CPU_KERNELS_ROWS_AVX512_ROWS_H_
 #define POLYOPS_CPU_KERNELS_ROWS_AVX512_ROWS_H_
 

@@ -1,6 +1,6 @@
 // How column-major cuBLAS computes the row-major polyops product of a
 // GemmLayout (pure host arithmetic, no CUDA: tested on the CPU by
-// tests/test_cuda_blas_problem.py).
+// tests/cuda/test_cuda_blas_problem.py).
 #ifndef POLYOPS_CUDA_KERNELS_GEMM_BLAS_PROBLEM_H_
 #define POLYOPS_CUDA_KERNELS_GEMM_BLAS_PROBLEM_H_
 

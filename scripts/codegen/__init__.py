@@ -1,0 +1,2 @@
+"""polyops' code generator (scripts/generate_wrappers.py is its entry point;
+docs/contributing/codegen.md)."""
