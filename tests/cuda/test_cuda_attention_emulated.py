@@ -34,7 +34,7 @@ from cuda_emulation_rows.harness import build_emulator, parity_failures, run_slo
 
 from polyops.testing import OPS, compare
 from polyops.testing import references as ref
-from polyops.testing.ops import Call
+from polyops.testing.opinfo import Call
 from polyops.testing.tensors import cu_seqlens, make_tensor, paginate
 
 HEADERS = [

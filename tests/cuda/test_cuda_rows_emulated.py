@@ -34,7 +34,7 @@ from cuda_emulation_rows.harness import build_emulator, run_slot
 
 from polyops.testing import OPS, Inputs, compare
 from polyops.testing import references as ref
-from polyops.testing.ops import Call, drop_none
+from polyops.testing.opinfo import Call, drop_none
 
 #: Slot headers (and their shared headers) the driver includes.
 HEADERS = [

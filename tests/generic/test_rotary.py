@@ -21,7 +21,7 @@ from conftest import (
 )
 
 import polyops
-from polyops.testing.ops import rope_cache as make_cache
+from polyops.testing.opinfo import rope_cache as make_cache
 from polyops.testing.references import rotate_reference
 
 

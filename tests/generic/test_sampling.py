@@ -29,7 +29,7 @@ from conftest import (
 )
 
 import polyops
-from polyops.testing.ops import SAMPLING_FILTERS
+from polyops.testing.opinfo import SAMPLING_FILTERS
 from polyops.testing.references import (
     ONE_MINUS,
     sampling_token_plausible,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from polyops._cann_double import cann_calls, clear_cann_calls, use_cann_double
 from polyops.testing.deviations import KNOWN_DEVIATIONS, KnownDeviation, known_deviation
-from polyops.testing.ops import OPS, Call, Case, Inputs, OpInfo
+from polyops.testing.opinfo import OPS, Call, Case, Inputs, OpInfo
 from polyops.testing.references import (
     ATTENTION,
     EXACT,

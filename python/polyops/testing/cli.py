@@ -26,7 +26,7 @@ import torch
 
 import polyops
 from polyops import _cann_double
-from polyops.testing.ops import OPS
+from polyops.testing.opinfo import OPS
 from polyops.testing.runner import FAILING, Record, run_parity, targets_of
 from polyops.testing.tensors import dtype_name, parse_dtypes
 

@@ -26,7 +26,7 @@ import torch
 
 import polyops
 from polyops.testing.deviations import known_deviation
-from polyops.testing.ops import OPS, Case, Inputs, OpInfo, drop_none
+from polyops.testing.opinfo import OPS, Case, Inputs, OpInfo, drop_none
 from polyops.testing.references import EXACT, Tolerance
 from polyops.testing.tensors import dtype_name
 

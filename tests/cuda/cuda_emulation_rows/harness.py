@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from polyops.testing import OPS, Inputs, compare
-from polyops.testing.ops import Call, drop_none
+from polyops.testing.opinfo import Call, drop_none
 from polyops.testing.tensors import sentinel
 
 ROOT = Path(__file__).resolve().parents[3]
