@@ -117,6 +117,47 @@ bench_add = functools.partial(
 )
 
 
+#: The two ways polyops._C reads what DLPack does not carry (negative bit, autograd state,
+#: version counters; docs/user/torch.md, "Torch versions"): direct reads, which
+#: polyops._torch_ops installs under the torch it was built for, and torch's Python-level
+#: entry points, the only ones that work under every torch (the stable form).
+PORTABLE_READS = "polyops.add(out=) [portable reads]"
+
+
+def bench_add_read_paths(
+    shape: tuple[int, int],
+    *,
+    repeats: int,
+    number: int | None,
+    target_s: float,
+    implementation_index: int | None = None,
+    device: str = "cpu",
+) -> dict[str, Timing]:
+    """polyops.add(out=) with each read path, interleaved in one run next to torch.add(out=).
+    Each sample switches the path in the timer's setup, outside the timed loop."""
+    from polyops import _torch_ops
+
+    a = torch.randn(shape, device=device)
+    b = torch.randn(shape, device=device)
+    c = torch.empty(shape, device=device)
+    extra = _kwargs(implementation_index)
+    namespace = {"_fn": polyops.add, "_a": a, "_b": b, "_c": c, "_k": implementation_index}
+    stmt = "_fn(_a, _b, out=_c" + (", implementation_index=_k)" if extra else ")")
+    timers: dict[str, timeit.Timer] = {
+        "polyops.add(out=)": timeit.Timer(
+            stmt, setup=_torch_ops._use_torch_tensor_flags, globals=namespace
+        ),
+        PORTABLE_READS: timeit.Timer(
+            stmt, setup=polyops._C._use_portable_tensor_flags, globals=namespace
+        ),
+    }
+    timers["torch.add(out=)"] = call_timer(torch.add, a, b, out=c)
+    try:
+        return measure(timers, repeats=repeats, number=number, target_s=target_s)
+    finally:
+        _torch_ops._use_torch_tensor_flags()
+
+
 def bench_torch_ops_add(shape: tuple[int, int], **kwargs: Any) -> dict[str, Timing]:
     """The torch.library form of add(out=) against aten's."""
     return _bench_add_out(
@@ -281,6 +322,10 @@ def _run(args: argparse.Namespace) -> int:
         ("rms_norm", bench_rms_norm, "polyops.rms_norm(out=)"),
         ("rms_norm", bench_rms_norm_allocating, "polyops.rms_norm"),
     ]
+    if _torch_ops_form() == "torch_ops":
+        # Both read paths exist only under the build's torch: the portable one's cost,
+        # measured here, is the floor of polyops.add(out=) under any other torch.
+        benches.insert(1, ("add", bench_add_read_paths, PORTABLE_READS))
     if not polyops.torch_ops_registered():
         print("torch.ops.polyops is not registered: its rows are left out\n")
         benches = [b for b in benches if not b[2].startswith("torch.ops.")]
