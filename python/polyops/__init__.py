@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any
 
 # Loads OpenBLAS (RTLD_GLOBAL) before _C, which links it: _C then finds it
 # by its soname whatever its rpath says.
 import scipy_openblas32  # noqa: F401
 import torch
 
-from polyops import _C, _autotune, _onednn, _torch_library
+from polyops import _C, _autotune, _onednn, _support, _torch_library
 from polyops._autotune import autotune, autotune_info, load_autotune, save_autotune
 
 
@@ -97,9 +98,32 @@ def operators() -> list[str]:
     return list(_C._operators)
 
 
-def implementations(op: str, device: str = "cpu") -> dict[int, str]:
-    """The implementation slots of `op` compiled in for `device`: ``{slot: name}``."""
-    return dict(_C._implementations(op, device))
+def implementations(
+    op: str, device: str = "cpu", verbose: bool = False
+) -> dict[int, str] | dict[int, dict[str, Any]]:
+    """The implementation slots of `op` compiled in for `device`: ``{slot: name}``.
+
+    With ``verbose=True``: ``{slot: {"name", "default", "not_supported"}}``, where
+    ``default`` says whether a call without ``implementation_index`` starts there and
+    ``not_supported`` lists what the slot declares it refuses, each as
+    ``{"refusal": regex of its NotImplementedError message, "reason": why}``
+    (polyops/_support.py; the parity harness holds slots to these declarations).
+    """
+    slots = dict(_C._implementations(op, device))
+    if not verbose:
+        return slots
+    default = _C._default_implementation(op, device)
+    return {
+        slot: {
+            "name": name,
+            "default": slot == default,
+            "not_supported": [
+                {"refusal": d.refusal, "reason": d.reason}
+                for d in _support.not_supported(op, device, name)
+            ],
+        }
+        for slot, name in slots.items()
+    }
 
 
 def default_implementation(op: str, device: str = "cpu") -> int | None:

@@ -10,13 +10,17 @@ differ in the last bits and the output shows which slot ran.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import F32, assert_close, assert_equal, make_tensor
 
 import polyops
-from polyops import _C
+from polyops import _C, _support
+from polyops.testing import OPS
 from polyops.testing import references as ref
+from polyops.testing.runner import run_case
 
 
 @pytest.fixture
@@ -157,3 +161,53 @@ def test_refuse_hook_checks_its_arguments():
         _C._refuse_implementations("rms_norm", "cpu", [9])
     with pytest.raises(ValueError, match=r"unknown op"):
         _C._refuse_implementations("nope", "cpu", [0])
+
+
+# ---------------------------------------------------------------------------
+# Declared refusals (polyops/_support.py)
+
+
+def test_declarations_name_real_ops_and_slots():
+    for d in _support.NOT_SUPPORTED:
+        assert d.op in polyops.operators(), d
+        re.compile(d.refusal)
+        assert d.reason, d
+        if d.device in _C._built_devices:
+            assert d.slot in polyops.implementations(d.op, d.device).values(), d
+
+
+def test_implementations_verbose():
+    for op in polyops.operators():
+        plain = polyops.implementations(op)
+        verbose = polyops.implementations(op, verbose=True)
+        assert {slot: entry["name"] for slot, entry in verbose.items()} == plain
+        defaults = [slot for slot, entry in verbose.items() if entry["default"]]
+        assert defaults == [polyops.default_implementation(op)]
+        # Every CPU slot accepts every valid argument: nothing declared.
+        assert all(entry["not_supported"] == [] for entry in verbose.values())
+    if "npu" in _C._built_devices:
+        [fia] = polyops.implementations("flash_attention", "npu", verbose=True).values()
+        assert [n["reason"] for n in fia["not_supported"]] == [
+            "the fused attention APIs take float16 and bfloat16 only"
+        ]
+
+
+def test_undeclared_refusal_is_an_error_not_na(refuse):
+    # A slot refusing a case it never declared fails the parity table instead of
+    # turning into n/a.
+    info = OPS["rms_norm"]
+    case = info.all_cases(torch.float32)[0]
+    refuse("rms_norm", 0)
+    [record] = run_case(info, torch.float32, case, [("cpu", 0)])
+    assert record.status == "error"
+    assert record.message.startswith("undeclared refusal (polyops/_support.py): ")
+    assert _support.declared_refusal("rms_norm", "cpu", "loop", record.message) is None
+    # A declared one matches its declaration.
+    declaration = _support.declared_refusal(
+        "flash_attention",
+        "npu",
+        "fia_v3",
+        "polyops.flash_attention on npu (aclnnFusedInferAttentionScoreV3) is not supported "
+        "for dtype float32: the API takes float16 and bfloat16",
+    )
+    assert declaration is not None and declaration.slot == "fia_v3"

@@ -17,6 +17,7 @@ import torch
 
 import polyops
 from polyops import __main__ as cli_main
+from polyops import _support
 from polyops.testing import OPS, Call, Case, cli, deviations, run_parity
 from polyops.testing.references import rms_norm_reference
 from polyops.testing.tensors import F16, F64, parse_dtypes
@@ -115,9 +116,28 @@ def _float64_rms_norm_case(dtype):
     return [Case("float64-input", build)]
 
 
+def test_undeclared_not_implemented_is_an_error(capsys, monkeypatch):
+    # A refusal no slot declares (polyops/_support.py) fails the run.
+    monkeypatch.setitem(
+        OPS, "rms_norm", dataclasses.replace(OPS["rms_norm"], cases=_float64_rms_norm_case)
+    )
+    code, out = run_cli(capsys, "parity", "--op", "rms_norm", "--dtype", "float32")
+    assert code == 1
+    assert table_rows(out, "rms_norm")[0].split()[2:] == ["error", "error"]
+    assert "undeclared refusal (polyops/_support.py): NotImplementedError: polyops.rms_norm" in out
+
+
 def test_not_implemented_is_na_with_reason_under_verbose(capsys, monkeypatch):
     monkeypatch.setitem(
         OPS, "rms_norm", dataclasses.replace(OPS["rms_norm"], cases=_float64_rms_norm_case)
+    )
+    monkeypatch.setattr(
+        _support,
+        "NOT_SUPPORTED",
+        tuple(
+            _support.NotSupported("cpu", "rms_norm", slot, "float64", "a test declaration")
+            for slot in ("loop", "omp")
+        ),
     )
     code, out = run_cli(capsys, "parity", "--op", "rms_norm", "--dtype", "float32")
     assert code == 0  # n/a is not a failure

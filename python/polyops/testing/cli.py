@@ -1,7 +1,8 @@
 """``python -m polyops parity``: the op table on every device present, as a table or JSON.
 
 Rows are (op, dtype), columns (device, slot); a cell holds the worst
-relative error over the row's cases and ok / FAIL / n/a / error / xfail
+relative error over the row's cases and ok / FAIL / n/a (a refusal the slot
+declares, polyops/_support.py) / error (an undeclared refusal among them) / xfail
 (a declared known deviation, polyops.testing.deviations). Failures,
 errors and known deviations are listed below the table with the op,
 device, slot, dtype and case; ``--verbose`` also lists why cases are n/a.

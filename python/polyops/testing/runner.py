@@ -2,9 +2,10 @@
 
 One :class:`Record` per (op, device, slot, dtype, case). Its status is
 ``ok`` (every result within tolerance of the float64 reference), ``fail``,
-``error`` (the call raised anything but NotImplementedError, or the case or
-reference could not be built) or ``n/a`` (NotImplementedError: that device
-or slot does not do it; the reason is in ``message``). A case declared in
+``error`` (the call raised anything but a declared NotImplementedError, or
+the case or reference could not be built) or ``n/a`` (a NotImplementedError
+the slot declares in ``polyops/_support.py``: it does not do that case; the
+reason is in ``message``). A case declared in
 :data:`~polyops.testing.deviations.KNOWN_DEVIATIONS` is ``xfail`` when it
 fails as declared (the reason leads ``message``) and ``xpass`` when it
 passes. On a device other than CPU the record also holds the difference
@@ -25,6 +26,7 @@ from typing import NamedTuple
 import torch
 
 import polyops
+from polyops._support import declared_refusal
 from polyops.testing.deviations import known_deviation
 from polyops.testing.opinfo import OPS, Case, Inputs, OpInfo, drop_none
 from polyops.testing.references import EXACT, Tolerance
@@ -220,7 +222,14 @@ def run_case(
             results = _call(info, dtype, case, device, slot)
         except NotImplementedError as error:  # the type too, as error records have it
             message = f"{type(error).__name__}: {error}"
-            records.append(record(device, slot, "n/a", message=message))
+            name = _slot_name(info.name, device, slot)
+            if declared_refusal(info.name, device, name, str(error)) is None:
+                # Not declared in polyops/_support.py: a slot that stopped supporting
+                # a case must fail, not disappear from the table.
+                message = f"undeclared refusal (polyops/_support.py): {message}"
+                records.append(record(device, slot, "error", message=message))
+            else:
+                records.append(record(device, slot, "n/a", message=message))
             continue
         except Exception as error:  # noqa: BLE001 - never hidden: an error record
             message = f"{type(error).__name__}: {error}"
