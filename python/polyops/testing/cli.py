@@ -209,7 +209,8 @@ def legend(records: Sequence[Record], table: bool) -> str:
     return (
         f"legend: {cell}; ok = within tolerance of the float64 reference (|got - ref| <= "
         f"atol + rtol*|ref|; {_rtol_range(records)}, per op and dtype: docs/user/testing.md); "
-        "n/a = not implemented; xfail = declared known deviation; - = no such slot"
+        "n/a = a refusal the slot declares (polyops/_support.py); "
+        "xfail = declared known deviation; - = no such slot"
     )
 
 
