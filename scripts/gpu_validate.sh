@@ -88,6 +88,7 @@ case "${1:-}" in
     (cd /tmp && python3 -c 'import polyops; print(polyops._C._onednn_info())') |
       tee "$OUT/onednn.txt"
     python3 -m pytest -q -rs -p no:cacheprovider tests/generic/test_gemm.py \
+      tests/generic/test_gemm_own_kernels.py \
       tests/cpu/test_gemm_onednn.py --junitxml "$OUT/cpu_junit.xml" \
       >"$OUT/cpu_tests.log" 2>&1
     tail -3 "$OUT/cpu_tests.log"

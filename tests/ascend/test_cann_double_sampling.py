@@ -1,6 +1,6 @@
 """The CANN double's operators that topk_topp_sampling's Ascend slot chains around
-aclnnApplyTopKTopP (src/cann_double/ops_sampling.cc), driven through ctypes like
-tests/ascend/test_cann_double.py: NanToNum, Flip, Sort, Cumsum, Clamp, Rsubs, SearchSorted and
+aclnnApplyTopKTopP (src/cann_double/ops_sampling.cc), driven through the ctypes bindings of
+tests/ascend/_cann_double_bindings.py: NanToNum, Flip, Sort, Cumsum, Clamp, Rsubs, SearchSorted and
 Gather against torch on the CPU (exact where the op is exact, float64 references
 otherwise), and their validation (161001 / 161002) and run-time faults (507899).
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import ctypes
 import math
 
+import _cann_double_bindings as base
 import pytest
-import test_cann_double as base
 import torch
-from test_cann_double import BF16, F16, F32, FLOATS, NULLPTR, PARAM_INVALID, Arg, out_arg, rand
+from _cann_double_bindings import BF16, F16, F32, FLOATS, NULLPTR, PARAM_INVALID, Arg, out_arg, rand
 
 P, I32, I64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
 F, B = ctypes.c_float, ctypes.c_bool

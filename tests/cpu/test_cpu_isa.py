@@ -169,7 +169,7 @@ def test_isa_variants_agree_bit_for_bit(tmp_path):
                 assert torch.equal(results[isa][key], baseline), f"{key}: {isa} != baseline"
             error = ((baseline.double() - reference).abs() / reference.abs().clamp(min=1)).max()
             assert error <= tolerance, f"{key}: {error}"
-        # Checked against float64 in test_attention.py, test_elementwise.py, test_rotary.py.
+        # Checked against float64 in test_flash_attention.py, test_add_mul.py, test_rotary.py.
         for op in (
             "attention",
             "attention_tails",

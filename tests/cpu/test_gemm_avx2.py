@@ -183,7 +183,7 @@ def _run_avx2(cases: dict[str, dict], tmp_path, isa: str = "avx2") -> dict:
     inputs = {name: {key: c[key] for key in ("op", "args", "kwargs")} for name, c in cases.items()}
     torch.save(inputs, tmp_path / "cases.pt")
     # The own kernels (and OpenBLAS past them), not oneDNN: on an AVX2 CPU auto would run
-    # float32 past 32 rows on oneDNN (test_gemm.py::test_override_values).
+    # float32 past 32 rows on oneDNN (test_gemm_own_kernels.py::test_override_values).
     env = dict(os.environ, POLYOPS_CPU_ISA=isa, POLYOPS_CPU_GEMM="own")
     subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],

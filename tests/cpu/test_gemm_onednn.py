@@ -1,10 +1,10 @@
 """The oneDNN path of the CPU matrix products (docs/backends/cpu_gemm.md), forced on.
 
-Every matmul / gemm / linear case of test_gemm.py runs again here with
-``POLYOPS_CPU_GEMM=onednn``, against the same float64 references, and each
-call that computes a product asserts that oneDNN ran it. Then: a library
-that cannot be loaded falls back to the own kernels, and what
-``_onednn_info()`` reports (the override's other values: test_gemm.py).
+Every matmul / gemm / linear case of test_gemm.py and test_gemm_own_kernels.py
+runs again here with ``POLYOPS_CPU_GEMM=onednn``, against the same float64
+references, and each call that computes a product asserts that oneDNN ran it.
+Then: a library that cannot be loaded falls back to the own kernels, and what
+``_onednn_info()`` reports (the override's other values: test_gemm_own_kernels.py).
 """
 
 from __future__ import annotations
@@ -21,16 +21,18 @@ from test_gemm import (  # noqa: F401  (collected again, with oneDNN forced)
     test_gemm_batched_c_layouts,
     test_gemm_k0_is_beta_c,
     test_gemm_trans,
-    test_kernel_batched,
-    test_kernel_decode_linear,
-    test_kernel_non_finite,
-    test_kernel_shapes_and_layouts,
     test_linear,
     test_linear_layouts,
     test_linear_out_given,
     test_matmul,
     test_matmul_layouts,
     test_matmul_out_row_padding_untouched,
+)
+from test_gemm_own_kernels import (  # noqa: F401  (collected again, with oneDNN forced)
+    test_kernel_batched,
+    test_kernel_decode_linear,
+    test_kernel_non_finite,
+    test_kernel_shapes_and_layouts,
 )
 
 import polyops
@@ -116,7 +118,8 @@ def onednn_forced(monkeypatch):
 
 @pytest.fixture
 def kernel_path():
-    """test_gemm.py's kernel tests force the own kernels; here onednn_forced has set oneDNN."""
+    """test_gemm_own_kernels.py's kernel tests force the own kernels; here onednn_forced has
+    set oneDNN."""
 
 
 def test_onednn_info():

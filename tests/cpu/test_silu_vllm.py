@@ -5,7 +5,7 @@ the input dtype (its CUDA kernel rounds in the same order, and its kernel test
 demands equality): silu(gate) is rounded to float16/bfloat16 before the multiply.
 Those torch ops are the definition, so they are the reference here (no float64).
 The default slot rounds once; the float64 checks of both slots are the parity
-table's (polyops.testing.opinfo) and tests/generic/test_elementwise.py's.
+table's (polyops.testing.opinfo) and tests/generic/test_silu_and_mul_swiglu.py's.
 """
 
 from __future__ import annotations

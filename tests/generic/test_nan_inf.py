@@ -32,7 +32,7 @@ from polyops.testing.references import (
 INF, NAN = math.inf, math.nan
 DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]
 # Attention outputs are convex combinations of values: absolute tolerances
-# scale with max |v| (as in test_attention.py).
+# scale with max |v| (as in _attention_cases.py).
 ATTENTION_ATOL = {F16: 2e-3, BF16: 1e-2, F32: 2e-5}
 
 
