@@ -11,7 +11,7 @@ From that this script writes, into the output directory:
   compiled by nvcc): includes every ``src/<device>/<op>/*.h`` (``*.cuh``)
   implementation (none: the op raises NotImplementedError on that device)
   and defines the two functions the bindings call (construct slot N; list
-  the slots with their names).
+  the slots with their names, in the try order of ``src/slots.txt``).
 * ``ops_<device>.h``: their declarations; ``ops.h`` includes those of every device.
 * ``run.h``: ``Run<Op>()``, which checks devices, finds or builds the cached
   instance and runs it; shared by the two entry points below.
@@ -28,8 +28,8 @@ From that this script writes, into the output directory:
   kernels on torch's stable ABI.
 
 One module of ``scripts/codegen/`` per concern: ``model`` (the op headers
-read into ``OpSpec``), ``device_sources``, ``bindings``, ``torch_library``,
-``torch_stable`` (docs/contributing/codegen.md).
+read into ``OpSpec``), ``slots`` (the slot table), ``device_sources``,
+``bindings``, ``torch_library``, ``torch_stable`` (docs/contributing/codegen.md).
 
 Because the Python signature and the schemas are derived from the C++ one,
 they cannot drift; ``tests/generic/test_signatures.py`` and
@@ -51,6 +51,7 @@ from codegen.device_sources import (
     emit_run_header,
 )
 from codegen.model import DEVICES, collect
+from codegen.slots import read_slot_table
 from codegen.torch_library import emit_meta_checks, emit_torch_library
 from codegen.torch_stable import emit_torch_stable
 
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     specs = collect(args.src)
+    slot_table = read_slot_table(args.src, specs)
     if args.list_ops:
         print("\n".join(spec.name for spec in specs))
         return 0
@@ -84,13 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     write_if_changed(out / "ops.h", emit_ops_header(devices))
     for spec in specs:
         for device in devices:
-            folder = args.src / device / spec.name
-            # CUDA slots are .cuh headers compiled by nvcc in a .cu TU.
-            pattern, suffix = ("*.cuh", "cu") if device == "cuda" else ("*.h", "cc")
-            impls = sorted(f"{device}/{spec.name}/{h.name}" for h in folder.glob(pattern))
+            suffix = "cu" if device == "cuda" else "cc"
             write_if_changed(
                 out / f"{device}_{spec.name}.{suffix}",
-                emit_device_source(spec, device, impls),
+                emit_device_source(spec, device, slot_table[spec.name, device]),
             )
     write_if_changed(out / "run.h", emit_run_header(specs, devices))
     write_if_changed(out / "ops_table.h", emit_ops_table_header(specs))

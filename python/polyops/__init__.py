@@ -101,7 +101,9 @@ def operators() -> list[str]:
 def implementations(
     op: str, device: str = "cpu", verbose: bool = False
 ) -> dict[int, str] | dict[int, dict[str, Any]]:
-    """The implementation slots of `op` compiled in for `device`: ``{slot: name}``.
+    """The implementation slots of `op` compiled in for `device`: ``{slot: name}``, in
+    the order a call tries them (the slot table ``src/slots.txt``; the first is the
+    default unless ``set_default_implementation`` overrides it).
 
     With ``verbose=True``: ``{slot: {"name", "default", "not_supported"}}``, where
     ``default`` says whether a call without ``implementation_index`` starts there and

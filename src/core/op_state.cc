@@ -1,5 +1,6 @@
 #include "core/op_state.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/error.h"
@@ -34,8 +35,12 @@ void OpState::SetSlots(Device::Type device, const SlotTable& table) {
 }
 
 std::string OpState::DescribeSlots(Device::Type device) const {
-  const SlotTable& table = Slots(device);
+  // By index, the number a caller passes; the table holds the try order.
+  SlotTable table = Slots(device);
   if (table.count == 0) return "none";
+  std::sort(
+      table.slots, table.slots + table.count,
+      [](const SlotInfo& a, const SlotInfo& b) { return a.index < b.index; });
   std::string text;
   for (int i = 0; i < table.count; ++i) {
     if (i) text += ", ";

@@ -1,12 +1,14 @@
 // Operator<Key, Device, Index>: one implementation of op `Key` on one device
-// in slot `Index`. Backends specialize it; nothing registers a slot by hand:
-// a slot exists when its specialization derives from `Key` (SFINAE-free
-// std::is_base_of over slots 0..kMaxImplementations-1, on an empty primary
-// template). Operator<Key> (device kAny) is the front every call goes
-// through: slot policy, instance cache, construction on a miss.
+// in slot `Index`. Backends specialize it, one file per slot; a slot is
+// compiled in when its specialization derives from `Key` (std::is_base_of
+// over slots 0..kMaxImplementations-1, on an empty primary template), and
+// src/slots.txt gives the order the slots are tried in. Operator<Key> (device
+// kAny) is the front every call goes through: slot policy, instance cache,
+// construction on a miss.
 #ifndef POLYOPS_CORE_OPERATOR_H_
 #define POLYOPS_CORE_OPERATOR_H_
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,12 +31,6 @@ template <typename Key, Device::Type kDevice, int kIndex>
 inline constexpr bool kHasImplementation =
     std::is_base_of_v<Key, Operator<Key, kDevice, kIndex>>;
 
-// A backend may name its default slot for an op; otherwise the lowest wins.
-template <typename Key, Device::Type kDevice>
-struct DefaultImplementation {
-  static constexpr int kIndex = -1;
-};
-
 namespace detail {
 
 template <typename Fn, int... kIndices>
@@ -50,21 +46,25 @@ void ForEachSlot(Fn&& fn) {
 
 }  // namespace detail
 
-// The slots compiled in for (Key, kDevice), with their names.
+// The slots compiled in for (Key, kDevice), with their names, in `order`:
+// the try order of src/slots.txt (generated, checked against the slot
+// files), so the first is the default. A listed slot that is not compiled in
+// (e.g. FlashInfer's without POLYOPS_WITH_FLASHINFER) is left out.
 template <typename Key, Device::Type kDevice>
-SlotTable CollectSlots() {
+SlotTable CollectSlots(std::initializer_list<int> order) {
   SlotTable table;
-  detail::ForEachSlot([&](auto index) {
-    constexpr int kSlot = decltype(index)::value;
-    if constexpr (kHasImplementation<Key, kDevice, kSlot>) {
-      table.slots[table.count++] = {
-          kSlot, Operator<Key, kDevice, kSlot>::kImplementationName};
-    }
-  });
-  constexpr int kDefault = DefaultImplementation<Key, kDevice>::kIndex;
-  table.default_index = kDefault >= 0     ? kDefault
-                        : table.count > 0 ? table.slots[0].index
-                                          : -1;
+  for (const int index : order) {
+    detail::ForEachSlot([&](auto slot) {
+      constexpr int kSlot = decltype(slot)::value;
+      if constexpr (kHasImplementation<Key, kDevice, kSlot>) {
+        if (index == kSlot) {
+          table.slots[table.count++] = {
+              kSlot, Operator<Key, kDevice, kSlot>::kImplementationName};
+        }
+      }
+    });
+  }
+  table.default_index = table.count > 0 ? table.slots[0].index : -1;
   return table;
 }
 
@@ -118,7 +118,7 @@ class Operator<Key, Device::Type::kAny, -1> {
   // Fallback: without an implementation_index the call starts at the
   // device's default slot (or the set_default_implementation override); if
   // its constructor raises NotImplemented (the arguments are outside what
-  // that slot supports), the other slots are tried in index order and the
+  // that slot supports), the other slots are tried in table order and the
   // first that constructs runs. The choice is cached under the starting
   // slot's key (SlotFallback), so later calls with the same key hit it
   // without constructing again. An explicit implementation_index never

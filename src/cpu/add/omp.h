@@ -64,11 +64,6 @@ class Operator<Add, Device::Type::kCpu, 1> : public Add {
   }
 };
 
-template <>
-struct DefaultImplementation<Add, Device::Type::kCpu> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_CPU_ADD_OMP_H_

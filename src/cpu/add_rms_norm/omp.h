@@ -129,11 +129,6 @@ class Operator<AddRmsNorm, Device::Type::kCpu, 1> : public AddRmsNorm {
   }
 };
 
-template <>
-struct DefaultImplementation<AddRmsNorm, Device::Type::kCpu> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_CPU_ADD_RMS_NORM_OMP_H_

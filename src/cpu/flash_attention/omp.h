@@ -69,11 +69,6 @@ class Operator<FlashAttention, Device::Type::kCpu, 1>
   }
 };
 
-template <>
-struct DefaultImplementation<FlashAttention, Device::Type::kCpu> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_CPU_FLASH_ATTENTION_OMP_H_

@@ -102,11 +102,6 @@ class Operator<RmsNorm, Device::Type::kCpu, 1> : public RmsNorm {
   }
 };
 
-template <>
-struct DefaultImplementation<RmsNorm, Device::Type::kCpu> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_CPU_RMS_NORM_OMP_H_

@@ -198,11 +198,6 @@ class Operator<FlashAttention, Device::Type::kCuda, 1> : public FlashAttention {
   cuda::flashinfer::Launcher large_ = nullptr;
 };
 
-template <>
-struct DefaultImplementation<FlashAttention, Device::Type::kCuda> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_WITH_FLASHINFER

@@ -30,11 +30,6 @@ class Operator<Gemm, Device::Type::kCuda, 0> : public Gemm {
       kName, cuda::BlasLibrary::kCublasLt, layout_, dtype_, alpha_, beta_};
 };
 
-template <>
-struct DefaultImplementation<Gemm, Device::Type::kCuda> {
-  static constexpr int kIndex = 0;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_WITH_CUBLAS

@@ -30,11 +30,6 @@ class Operator<Linear, Device::Type::kCuda, 0> : public Linear {
       kName, cuda::BlasLibrary::kCublasLt, layout_, dtype_, alpha_, beta_};
 };
 
-template <>
-struct DefaultImplementation<Linear, Device::Type::kCuda> {
-  static constexpr int kIndex = 0;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_WITH_CUBLAS

@@ -34,11 +34,6 @@ class Operator<Matmul, Device::Type::kCuda, 0> : public Matmul {
       kName, cuda::BlasLibrary::kCublasLt, layout_, dtype_, alpha_, beta_};
 };
 
-template <>
-struct DefaultImplementation<Matmul, Device::Type::kCuda> {
-  static constexpr int kIndex = 0;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_WITH_CUBLAS

@@ -130,11 +130,6 @@ class Operator<PagedAttention, Device::Type::kCuda, 1> : public PagedAttention {
   cuda::flashinfer::Launcher large_ = nullptr;
 };
 
-template <>
-struct DefaultImplementation<PagedAttention, Device::Type::kCuda> {
-  static constexpr int kIndex = 1;
-};
-
 }  // namespace polyops
 
 #endif  // POLYOPS_WITH_FLASHINFER

@@ -1,5 +1,5 @@
-#ifndef POLYOPS_ASCEND_PAGED_ATTENTION_FIA_H_
-#define POLYOPS_ASCEND_PAGED_ATTENTION_FIA_H_
+#ifndef POLYOPS_ASCEND_PAGED_ATTENTION_FIA_V3_H_
+#define POLYOPS_ASCEND_PAGED_ATTENTION_FIA_V3_H_
 
 #include <optional>
 #include <vector>
@@ -63,4 +63,4 @@ class Operator<PagedAttention, Device::Type::kAscend, 0>
 
 }  // namespace polyops
 
-#endif  // POLYOPS_ASCEND_PAGED_ATTENTION_FIA_H_
+#endif  // POLYOPS_ASCEND_PAGED_ATTENTION_FIA_V3_H_

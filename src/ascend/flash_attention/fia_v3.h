@@ -1,5 +1,5 @@
-#ifndef POLYOPS_ASCEND_FLASH_ATTENTION_FIA_H_
-#define POLYOPS_ASCEND_FLASH_ATTENTION_FIA_H_
+#ifndef POLYOPS_ASCEND_FLASH_ATTENTION_FIA_V3_H_
+#define POLYOPS_ASCEND_FLASH_ATTENTION_FIA_V3_H_
 
 #include <optional>
 #include <vector>
@@ -100,4 +100,4 @@ class Operator<FlashAttention, Device::Type::kAscend, 0>
 
 }  // namespace polyops
 
-#endif  // POLYOPS_ASCEND_FLASH_ATTENTION_FIA_H_
+#endif  // POLYOPS_ASCEND_FLASH_ATTENTION_FIA_V3_H_

@@ -1,5 +1,5 @@
-#ifndef POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_
-#define POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_
+#ifndef POLYOPS_ASCEND_PAGED_ATTENTION_IFA_V4_H_
+#define POLYOPS_ASCEND_PAGED_ATTENTION_IFA_V4_H_
 
 #include <optional>
 #include <vector>
@@ -108,4 +108,4 @@ class Operator<PagedAttention, Device::Type::kAscend, 1>
 
 }  // namespace polyops
 
-#endif  // POLYOPS_ASCEND_PAGED_ATTENTION_IFA_H_
+#endif  // POLYOPS_ASCEND_PAGED_ATTENTION_IFA_V4_H_
