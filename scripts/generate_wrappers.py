@@ -50,7 +50,7 @@ from codegen.device_sources import (
     emit_ops_table_header,
     emit_run_header,
 )
-from codegen.model import DEVICES, collect
+from codegen.model import DEVICE_TABLE, DEVICES, collect
 from codegen.slots import read_slot_table
 from codegen.torch_library import emit_meta_checks, emit_torch_library
 from codegen.torch_stable import emit_torch_stable
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     write_if_changed(out / "ops.h", emit_ops_header(devices))
     for spec in specs:
         for device in devices:
-            suffix = "cu" if device == "cuda" else "cc"
+            # Slots in .cuh headers are compiled by nvcc, in a .cu TU.
+            suffix = "cu" if DEVICE_TABLE[device].slot_suffix == ".cuh" else "cc"
             write_if_changed(
                 out / f"{device}_{spec.name}.{suffix}",
                 emit_device_source(spec, device, slot_table[spec.name, device]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from codegen.device_sources import _slots_name
 from codegen.model import (
+    DEVICE_TABLE,
     DEVICES,
     PY_TYPES,
     OpSpec,
@@ -236,8 +237,12 @@ def emit_bindings(specs: list[OpSpec], devices: list[str]) -> str:
             f"PyCFunction_NewEx(&kMethods[{index}], nullptr, module_name.ptr()));"
         )
     names = ", ".join(f'"{spec.name}"' for spec in specs)
+    built = ", ".join(
+        f'"{DEVICE_TABLE[device].name}"' for device in DEVICE_TABLE if device in devices
+    )
     lines += [
         f'  module.attr("_operators") = py::make_tuple({names});',
+        f'  module.attr("_built_devices") = py::make_tuple({built});',
         '  module.attr("_ops_table") = py::capsule(&kOpsTable, kOpsTableCapsule);',
         "}",
         "",

@@ -9,7 +9,33 @@ import dataclasses
 import pathlib
 import re
 
-DEVICES = {"cpu": "kCpu", "cuda": "kCuda", "ascend": "kAscend"}
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRow:
+    """One row of the device registry, ``kDevices`` in ``src/core/device.h``."""
+
+    enum: str  # "kAscend"
+    name: str  # torch's device type: "npu"
+    folder: str  # src/<folder>/: "ascend"
+    dispatch_key: str  # "PrivateUse1"
+    slot_suffix: str  # ".cuh": nvcc compiles the op's TU (.cu)
+
+
+_DEVICE_ROW = re.compile(r'\{Device::Type::(\w+), "(\w+)", "(\w+)", "(\w+)", \d+, "(\.\w+)"\}')
+
+
+def read_device_table(header: pathlib.Path) -> dict[str, DeviceRow]:
+    """``{folder: DeviceRow}`` in the registry's order."""
+    text = header.read_text()
+    table = text[text.index("kDevices[] = {") :].split("};", 1)[0]
+    rows = [DeviceRow(*match) for match in _DEVICE_ROW.findall(table)]
+    if len(rows) != table.count("Device::Type::"):
+        raise SystemExit(f"{header}: a kDevices row the generator cannot read: {table}")
+    return {row.folder: row for row in rows}
+
+
+DEVICE_TABLE = read_device_table(pathlib.Path(__file__).parents[2] / "src/core/device.h")
+DEVICES = {folder: row.enum for folder, row in DEVICE_TABLE.items()}
 
 
 @dataclasses.dataclass

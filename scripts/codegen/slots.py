@@ -10,7 +10,7 @@ import dataclasses
 import pathlib
 import re
 
-from codegen.model import DEVICES, OpSpec
+from codegen.model import DEVICE_TABLE, DEVICES, OpSpec
 
 TABLE = "slots.txt"
 # Operator<Op, Device::Type::kCpu, 1> ... kImplementationName = "omp"
@@ -25,14 +25,9 @@ class Slot:
     header: str  # relative to src/, as the generated sources include it
 
 
-def slot_suffix(device: str) -> str:
-    # CUDA slots are .cuh headers compiled by nvcc in a .cu TU.
-    return ".cuh" if device == "cuda" else ".h"
-
-
 def _read_slot_files(src: pathlib.Path, spec: OpSpec, device: str) -> dict[str, Slot]:
     slots: dict[str, Slot] = {}
-    for path in sorted((src / device / spec.name).glob("*" + slot_suffix(device))):
+    for path in sorted((src / device / spec.name).glob("*" + DEVICE_TABLE[device].slot_suffix)):
         text = path.read_text()
         classes, names = _SLOT_CLASS.findall(text), _SLOT_NAME.findall(text)
         where = path.relative_to(src).as_posix()

@@ -10,6 +10,7 @@ import itertools
 
 from codegen.bindings import _emit_autograd
 from codegen.model import (
+    DEVICE_TABLE,
     PY_TYPES,
     OpSpec,
     Param,
@@ -37,7 +38,7 @@ TORCH_TYPES = {
 SCALAR_OR_TENSOR = {"Tensor": TORCH_TYPES["Tensor"], "Scalar": ("Scalar", "const at::Scalar&")}
 
 
-DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA", "ascend": "PrivateUse1"}
+DISPATCH_KEYS = {folder: row.dispatch_key for folder, row in DEVICE_TABLE.items()}
 
 
 TORCH_PYTHON_MODULE = "polyops._torch_library"

@@ -109,13 +109,14 @@ class MetaArguments {
   }
 
   Device ToDevice(const MetaDevice& device, const char* name) const {
-    if (device.type == "cpu") return Device{Device::Type::kCpu, 0};
-    if (device.type == "cuda") return Device{Device::Type::kCuda, device.index};
-    if (device.type == "npu")
-      return Device{Device::Type::kAscend, device.index};
+    if (const DeviceInfo* info = FindDeviceNamed(device.type)) {
+      return Device{info->type,
+                    info->type == Device::Type::kCpu ? 0 : device.index};
+    }
     throw NotImplemented(detail::Concat(
         "polyops.", op_, " is not supported for ", name, " on device '",
-        device.text, "' because polyops runs on cpu, cuda and npu tensors"));
+        device.text, "' because polyops runs on ", DeviceNames(" and "),
+        " tensors"));
   }
 
   // As Get<Op>'s CheckDevice, and a meta tensor never pairs with another.

@@ -75,14 +75,12 @@ Device::Type LookUpDevice(const std::string& device, const char* caller) {
   const bool index_ok =
       !index.empty() && index.size() <= 9 &&
       index.find_first_not_of("0123456789") == std::string::npos;
-  for (int i = 0; index_ok && i < Device::kNumTypes; ++i) {
-    const auto candidate = static_cast<Device::Type>(i);
-    if (type == DeviceTypeName(candidate)) return candidate;
+  if (const DeviceInfo* info = FindDeviceNamed(type); info && index_ok) {
+    return info->type;
   }
-  throw InvalidArgument(
-      detail::Concat("polyops.", caller, ": unknown device '", device,
-                     "'; expected 'cpu', 'cuda' or 'npu', optionally with an "
-                     "index such as 'cuda:1'"));
+  throw InvalidArgument(detail::Concat(
+      "polyops.", caller, ": unknown device '", device, "'; expected ",
+      DeviceNames(), ", optionally with an index such as 'cuda:1'"));
 }
 
 py::dict InfoDict(const CacheInfo& info) {
@@ -304,10 +302,10 @@ PYBIND11_MODULE(_C, module) {
   // bfloat16 kernels; oneDNN past the decode rows), POLYOPS_CPU_ISA applied.
   module.def("_cpu_gemm_bf16", &cpu::GemmHasAvx512Bf16);
 
-  py::list built;
-  built.append("cpu");
+  py::list devices;
+  for (const DeviceInfo& info : kDevices) devices.append(info.name);
+  module.attr("_devices") = py::tuple(devices);  // the registry, core/device.h
 #ifdef POLYOPS_WITH_CUDA
-  built.append("cuda");
   // For tests: a Workspace of nbytes on cuda:<device> for `stream` (a raw
   // cudaStream_t, 0 = default), given back at once; returns its address.
   module.def(
@@ -320,10 +318,6 @@ PYBIND11_MODULE(_C, module) {
       },
       py::arg("device"), py::arg("nbytes"), py::arg("stream") = 0);
 #endif
-#ifdef POLYOPS_WITH_ASCEND
-  built.append("npu");
-#endif
-  module.attr("_built_devices") = built;
   // The torch polyops._torch_ops was built for (python/polyops/__init__.py
   // loads it only under that torch's minor version).
   module.attr("_torch_ops_version") = POLYOPS_TORCH_VERSION;

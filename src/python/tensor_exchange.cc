@@ -108,31 +108,22 @@ std::string TakePythonError() {
   return error.what();
 }
 
+// Through the registry's DLPack codes (core/device.h); torch exports its
+// PrivateUse1 ("npu") as kDLExtDev.
 bool ToDevice(dlpack::Dev device, Device* result) {
-  switch (device.device_type) {
-    case dlpack::kCpu:
-      *result = Device{Device::Type::kCpu, 0};
+  for (const DeviceInfo& info : kDevices) {
+    if (info.dlpack_code == device.device_type) {
+      const bool cpu = info.type == Device::Type::kCpu;
+      *result = Device{info.type, cpu ? 0 : device.device_id};
       return true;
-    case dlpack::kCuda:
-      *result = Device{Device::Type::kCuda, device.device_id};
-      return true;
-    case dlpack::kExtension:  // torch's PrivateUse1, as torch_tensors.h
-      *result = Device{Device::Type::kAscend, device.device_id};
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 dlpack::Dev ToDlDevice(Device device) {
-  switch (device.type) {
-    case Device::Type::kCuda:
-      return {dlpack::kCuda, device.index};
-    case Device::Type::kAscend:
-      return {dlpack::kExtension, device.index};
-    default:
-      return {dlpack::kCpu, 0};
-  }
+  const bool cpu = device.type == Device::Type::kCpu;
+  return {FindDevice(device.type)->dlpack_code, cpu ? 0 : device.index};
 }
 
 dlpack::DType ToDlType(DataType dtype) {

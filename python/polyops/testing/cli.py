@@ -31,7 +31,8 @@ from polyops.testing.opinfo import OPS
 from polyops.testing.runner import FAILING, Record, run_parity, targets_of
 from polyops.testing.tensors import dtype_name, parse_dtypes
 
-KNOWN_DEVICES = ("cpu", "cuda", "npu")
+#: Every device polyops knows, built or not: the registry ``kDevices`` (src/core/device.h).
+KNOWN_DEVICES = tuple(polyops._C._devices)
 
 #: Whether each device's backend has run on the real hardware (docs/backends/cuda.md,
 #: docs/backends/ascend.md).
