@@ -1,4 +1,4 @@
-# oneDNN's matmul as a CPU matrix-product path (src/cpu/kernels/gemm/onednn.cc,
+# oneDNN's matmul as a CPU matrix-product path (src/cpu/kernels/gemm/onednn*.cc,
 # docs/backends/cpu_gemm.md). polyops never links oneDNN: only its headers are needed
 # at build time; libdnnl.so.3 is opened with dlopen at run time.
 #
@@ -7,7 +7,7 @@
 #      onednn-devel-cpu-gomp wheel, found through Python_EXECUTABLE's
 #      importlib.metadata, so pip's isolated build env finds its build
 #      requirement), the polyops_kernels target.
-# Out: POLYOPS_WITH_ONEDNN defined for src/cpu/kernels/gemm/onednn.cc alone when the headers
+# Out: POLYOPS_WITH_ONEDNN defined for src/cpu/kernels/gemm/onednn*.cc alone when the headers
 #      are found; without them (AUTO) the path is compiled out.
 set(POLYOPS_ONEDNN AUTO CACHE STRING "oneDNN matmul path: AUTO, ON or OFF")
 set_property(CACHE POLYOPS_ONEDNN PROPERTY STRINGS AUTO ON OFF)
@@ -44,8 +44,9 @@ for f in files:
   endif()
   if(_onednn_include AND EXISTS "${_onednn_include}/oneapi/dnnl/dnnl.h")
     message(STATUS "polyops: oneDNN matmul path, headers in ${_onednn_include} (run-time dlopen)")
-    # Only onednn.cc sees the headers and the macro.
-    set_source_files_properties(src/cpu/kernels/gemm/onednn.cc PROPERTIES
+    # Only the onednn*.cc files see the headers and the macro.
+    set_source_files_properties(src/cpu/kernels/gemm/onednn.cc
+      src/cpu/kernels/gemm/onednn_library.cc src/cpu/kernels/gemm/onednn_primitive.cc PROPERTIES
       INCLUDE_DIRECTORIES "${_onednn_include}" COMPILE_DEFINITIONS POLYOPS_WITH_ONEDNN)
     target_link_libraries(polyops_kernels PUBLIC ${CMAKE_DL_LIBS})
   elseif(_onednn STREQUAL "ON")

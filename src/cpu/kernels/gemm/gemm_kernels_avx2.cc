@@ -1,9 +1,9 @@
 // The matrix products for CPUs with AVX2 + FMA but not the AVX-512 kernels
-// of gemm_kernels.cc: float32 and bfloat16 read in place (bfloat16 widened
-// to float32 in registers, never converted into a workspace), summed with
-// FMA in float32. Decode sizes (m <= kSmallM) read the weight once per
-// call, which is what these memory-bound shapes need; larger bfloat16
-// products run as decode products of up to kSmallM rows each.
+// of gemm_kernels_decode.cc and gemm_kernels_packed.cc: float32 and bfloat16
+// read in place (bfloat16 widened to float32 in registers, never converted into
+// a workspace), summed with FMA in float32. Decode sizes (m <= kSmallM) read
+// the weight once per call, which is what these memory-bound shapes need;
+// larger bfloat16 products run as decode products of up to kSmallM rows each.
 #include <immintrin.h>
 #include <omp.h>
 

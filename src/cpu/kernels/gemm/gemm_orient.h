@@ -1,7 +1,8 @@
-// The orientation both CPU kernel families (gemm_kernels.cc, AVX-512;
-// gemm_kernels_avx2.cc) run a product in: a with rows contiguous in k. A
-// column-major a with a column-major b runs as out^T = b^T @ a^T; a
-// column-major a with a row-major b has no such form (OpenBLAS takes it).
+// The orientation both CPU kernel families (gemm_kernels_decode.cc and
+// gemm_kernels_packed.cc, AVX-512; gemm_kernels_avx2.cc) run a product in: a
+// with rows contiguous in k. A column-major a with a column-major b runs as
+// out^T = b^T @ a^T; a column-major a with a row-major b has no such form
+// (OpenBLAS takes it).
 #ifndef POLYOPS_CPU_KERNELS_GEMM_GEMM_ORIENT_H_
 #define POLYOPS_CPU_KERNELS_GEMM_GEMM_ORIENT_H_
 

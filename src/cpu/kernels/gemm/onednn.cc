@@ -1,3 +1,6 @@
+// The oneDNN path of onednn.h: the library loaded on first use, the cache
+// of matmul primitives, and Gemm's choice of layout and post-ops. A build
+// without oneDNN's headers gets the stubs below instead.
 #include "cpu/kernels/gemm/onednn.h"
 
 #ifndef POLYOPS_WITH_ONEDNN
@@ -24,205 +27,23 @@ bool Gemm(const char*, const GemmLayout&, DataType, float, float, const void*,
 
 #else  // POLYOPS_WITH_ONEDNN
 
-#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "cpu/kernels/gemm/onednn_library.h"
+#include "cpu/kernels/gemm/onednn_primitive.h"
 #include "cpu/runtime/parallel.h"
 
 namespace polyops::cpu::onednn {
 namespace {
-
-// Every oneDNN function polyops calls; the pointer types come from the
-// declarations of the header the build found, so a signature change is a
-// compile error, not a wrong call.
-#define POLYOPS_DNNL_FUNCTIONS(X)         \
-  X(dnnl_version)                         \
-  X(dnnl_get_effective_cpu_isa)           \
-  X(dnnl_engine_create)                   \
-  X(dnnl_stream_create)                   \
-  X(dnnl_stream_wait)                     \
-  X(dnnl_memory_desc_create_with_strides) \
-  X(dnnl_memory_desc_destroy)             \
-  X(dnnl_memory_create)                   \
-  X(dnnl_memory_destroy)                  \
-  X(dnnl_primitive_attr_create)           \
-  X(dnnl_primitive_attr_destroy)          \
-  X(dnnl_primitive_attr_set_post_ops)     \
-  X(dnnl_post_ops_create)                 \
-  X(dnnl_post_ops_destroy)                \
-  X(dnnl_post_ops_append_eltwise)         \
-  X(dnnl_post_ops_append_sum)             \
-  X(dnnl_matmul_primitive_desc_create)    \
-  X(dnnl_primitive_desc_query)            \
-  X(dnnl_primitive_desc_destroy)          \
-  X(dnnl_primitive_create)                \
-  X(dnnl_primitive_destroy)               \
-  X(dnnl_primitive_execute)
-
-struct Api {
-#define POLYOPS_DNNL_POINTER(name) decltype(&::name) name = nullptr;
-  POLYOPS_DNNL_FUNCTIONS(POLYOPS_DNNL_POINTER)
-#undef POLYOPS_DNNL_POINTER
-};
-
-// One load of the library. Never unloaded (dlclose), and its engine is
-// never destroyed: thread-local streams may still refer to it.
-struct Library {
-  uint64_t id = 0;  // distinct per load (a new load may reuse the address)
-  Api api;
-  dnnl_engine_t engine = nullptr;
-  bool avx2 = false;    // effective ISA >= avx2
-  bool avx512 = false;  // effective ISA >= avx512_core
-  bool bf16 = false;    // effective ISA >= avx512_core_bf16
-  Info info;
-};
-
-const char* IsaName(dnnl_cpu_isa_t isa) {
-  switch (isa) {
-    case dnnl_cpu_isa_sse41:
-      return "sse41";
-    case dnnl_cpu_isa_avx:
-      return "avx";
-    case dnnl_cpu_isa_avx2:
-      return "avx2";
-    case dnnl_cpu_isa_avx2_vnni:
-      return "avx2_vnni";
-    case dnnl_cpu_isa_avx2_vnni_2:
-      return "avx2_vnni_2";
-    case dnnl_cpu_isa_avx512_core:
-      return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni:
-      return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16:
-      return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_fp16:
-      return "avx512_core_fp16";
-    case dnnl_cpu_isa_avx512_core_amx:
-      return "avx512_core_amx";
-    case dnnl_cpu_isa_avx512_core_amx_fp16:
-      return "avx512_core_amx_fp16";
-    default:
-      return "other";
-  }
-}
-
-const char* StatusName(dnnl_status_t status) {
-  switch (status) {
-    case dnnl_out_of_memory:
-      return "out_of_memory";
-    case dnnl_invalid_arguments:
-      return "invalid_arguments";
-    case dnnl_unimplemented:
-      return "unimplemented";
-    case dnnl_last_impl_reached:
-      return "last_impl_reached";
-    case dnnl_runtime_error:
-      return "runtime_error";
-    case dnnl_not_required:
-      return "not_required";
-    default:
-      return "unknown";
-  }
-}
-
-void Check(dnnl_status_t status, const char* op, const char* call) {
-  if (status == dnnl_success) return;
-  throw BackendError(detail::Concat("polyops.", op, ": oneDNN ", call,
-                                    " failed with status ", StatusName(status),
-                                    " (", static_cast<int>(status), ")"));
-}
-
-std::shared_ptr<const Library> Load(const std::string& path) {
-  static std::atomic<uint64_t> loads{0};
-  auto library = std::make_shared<Library>();
-  library->id = ++loads;
-  Info& info = library->info;
-  info.compiled = true;
-  info.library = path.empty() ? "libdnnl.so.3" : path;
-  void* handle = dlopen(info.library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    info.reason = detail::Concat("dlopen failed: ",
-                                 error != nullptr ? error : "unknown error");
-    return library;
-  }
-  const char* missing = nullptr;
-#define POLYOPS_DNNL_RESOLVE(name)                                 \
-  if (missing == nullptr) {                                        \
-    library->api.name =                                            \
-        reinterpret_cast<decltype(&::name)>(dlsym(handle, #name)); \
-    if (library->api.name == nullptr) missing = #name;             \
-  }
-  POLYOPS_DNNL_FUNCTIONS(POLYOPS_DNNL_RESOLVE)
-#undef POLYOPS_DNNL_RESOLVE
-  if (missing != nullptr) {
-    info.reason = detail::Concat(info.library, " does not export ", missing,
-                                 ", so it is not oneDNN 3.x");
-    return library;
-  }
-  const dnnl_version_t* version = library->api.dnnl_version();
-  info.version =
-      detail::Concat(version->major, ".", version->minor, ".", version->patch);
-  // The C API is stable within a major version; the structures polyops
-  // passes (memory descriptors, post-ops) are handles since 3.0.
-  if (version->major != DNNL_VERSION_MAJOR) {
-    info.reason = detail::Concat("oneDNN ", info.version,
-                                 " is loaded but polyops was built against ",
-                                 DNNL_VERSION_MAJOR, ".x");
-    return library;
-  }
-  if (version->cpu_runtime != DNNL_RUNTIME_OMP) {
-    // A TBB or sequential oneDNN would not follow torch.set_num_threads.
-    info.reason = "the loaded oneDNN is not built on OpenMP";
-    return library;
-  }
-  const dnnl_cpu_isa_t isa = library->api.dnnl_get_effective_cpu_isa();
-  info.isa = IsaName(isa);
-  info.amx =
-      (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
-  library->avx512 =
-      (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  library->avx2 = (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
-  library->bf16 =
-      (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-  const dnnl_status_t status =
-      library->api.dnnl_engine_create(&library->engine, dnnl_cpu, 0);
-  if (status != dnnl_success) {
-    info.reason = detail::Concat("dnnl_engine_create failed with status ",
-                                 StatusName(status));
-    return library;
-  }
-  info.available = true;
-  return library;
-}
-
-// A created matmul primitive with its memory descriptors (needed per call
-// to wrap the caller's pointers); handle == nullptr records that oneDNN has
-// no implementation (or only a reference one) for the key.
-struct Primitive {
-  std::shared_ptr<const Library> library;
-  dnnl_primitive_t handle = nullptr;
-  std::array<dnnl_memory_desc_t, 3> mds{};  // src, weights, dst
-  std::string impl;
-
-  ~Primitive() {
-    const Api& api = library->api;
-    if (handle != nullptr) api.dnnl_primitive_destroy(handle);
-    for (dnnl_memory_desc_t md : mds) {
-      if (md != nullptr) api.dnnl_memory_desc_destroy(md);
-    }
-  }
-};
 
 // The primitive's identity: dtype, dims and strides of src, weights and
 // dst, the alpha/beta post-ops (float bits).
@@ -267,27 +88,6 @@ std::string DeclinedReason(const Primitive& primitive) {
   return primitive.impl.empty() ? "unimplemented" : primitive.impl;
 }
 
-// A CPU stream per thread and library (streams are cheap; one per thread
-// keeps concurrent callers from sharing one).
-dnnl_stream_t ThreadStream(const Library& library, const char* op) {
-  thread_local uint64_t owner = 0;
-  thread_local dnnl_stream_t stream = nullptr;
-  if (owner != library.id) {
-    Check(library.api.dnnl_stream_create(&stream, library.engine,
-                                         dnnl_stream_default_flags),
-          op, "dnnl_stream_create");
-    owner = library.id;
-  }
-  return stream;
-}
-
-// A rows x cols operand of the oneDNN product, batch-major.
-struct Matrix {
-  int64_t batch;  // 1 when shared by the batch
-  int64_t rows, cols;
-  int64_t batch_stride, row_stride, col_stride;
-};
-
 Matrix Oriented(const GemmMatrix& matrix, const BlasView& view, int64_t batch,
                 int64_t rows, int64_t cols, bool transpose) {
   int64_t row_stride = view.trans ? 1 : view.ld;
@@ -322,72 +122,6 @@ int64_t FloatBits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   return bits;
-}
-
-// Owns a oneDNN handle for the scope of a creation.
-template <typename Handle, typename Destroy>
-struct Scoped {
-  Handle handle = nullptr;
-  Destroy destroy;
-  ~Scoped() {
-    if (handle != nullptr) destroy(handle);
-  }
-};
-template <typename Handle, typename Destroy>
-Scoped(Handle, Destroy) -> Scoped<Handle, Destroy>;
-
-std::shared_ptr<const Primitive> Create(
-    const std::shared_ptr<const Library>& library, const char* op,
-    dnnl_data_type_t dt, int ndims, const std::array<Matrix, 3>& operands,
-    float alpha, bool use_sum, float beta) {
-  const Api& api = library->api;
-  auto primitive = std::make_shared<Primitive>();
-  primitive->library = library;
-  for (size_t i = 0; i < operands.size(); ++i) {
-    const Matrix& m = operands[i];
-    dnnl_dims_t dims = {m.batch, m.rows, m.cols};
-    dnnl_dims_t strides = {m.batch_stride, m.row_stride, m.col_stride};
-    const int skip = ndims == 2 ? 1 : 0;
-    Check(api.dnnl_memory_desc_create_with_strides(
-              &primitive->mds[i], ndims, dims + skip, dt, strides + skip),
-          op, "dnnl_memory_desc_create_with_strides");
-  }
-  Scoped attr{dnnl_primitive_attr_t{nullptr}, api.dnnl_primitive_attr_destroy};
-  Scoped post_ops{dnnl_post_ops_t{nullptr}, api.dnnl_post_ops_destroy};
-  Check(api.dnnl_primitive_attr_create(&attr.handle), op,
-        "dnnl_primitive_attr_create");
-  Check(api.dnnl_post_ops_create(&post_ops.handle), op, "dnnl_post_ops_create");
-  // alpha * sum first, then + beta * dst (out already holds c): the sums
-  // stay float32 until the one rounding to dst's dtype.
-  if (alpha != 1.0f) {
-    Check(api.dnnl_post_ops_append_eltwise(post_ops.handle, dnnl_eltwise_linear,
-                                           alpha, 0.0f),
-          op, "dnnl_post_ops_append_eltwise");
-  }
-  if (use_sum) {
-    Check(api.dnnl_post_ops_append_sum(post_ops.handle, beta, 0,
-                                       dnnl_data_type_undef),
-          op, "dnnl_post_ops_append_sum");
-  }
-  Check(api.dnnl_primitive_attr_set_post_ops(attr.handle, post_ops.handle), op,
-        "dnnl_primitive_attr_set_post_ops");
-  Scoped pd{dnnl_primitive_desc_t{nullptr}, api.dnnl_primitive_desc_destroy};
-  const dnnl_status_t status = api.dnnl_matmul_primitive_desc_create(
-      &pd.handle, library->engine, primitive->mds[0], primitive->mds[1],
-      nullptr, primitive->mds[2], attr.handle);
-  if (status == dnnl_unimplemented) return primitive;
-  Check(status, op, "dnnl_matmul_primitive_desc_create");
-  const char* impl = nullptr;
-  Check(api.dnnl_primitive_desc_query(pd.handle, dnnl_query_impl_info_str, 0,
-                                      &impl),
-        op, "dnnl_primitive_desc_query");
-  primitive->impl = impl != nullptr ? impl : "";
-  // oneDNN's reference matmul is a plain loop nest, far slower than the
-  // own kernels or OpenBLAS: not worth selecting.
-  if (primitive->impl.rfind("ref", 0) == 0) return primitive;
-  Check(api.dnnl_primitive_create(&primitive->handle, pd.handle), op,
-        "dnnl_primitive_create");
-  return primitive;
 }
 
 std::shared_ptr<const Primitive> Find(
@@ -456,40 +190,18 @@ std::shared_ptr<const Primitive> Lookup(
   key[at++] = use_sum ? FloatBits(beta) : -1;
   std::shared_ptr<const Primitive> primitive = Find(library, key);
   if (!primitive) {
-    primitive = Create(library, op, dt, ndims, operands, alpha, use_sum, beta);
+    primitive =
+        CreatePrimitive(library, op, dt, ndims, operands, alpha, use_sum, beta);
     Insert(library, key, primitive);
   }
   return primitive;
 }
 
+// ExecutePrimitive, then `primitive` is this thread's last (GetInfo).
 void Execute(const Library& library, const char* op,
              std::shared_ptr<const Primitive> primitive, const void* src,
              const void* weights, void* dst) {
-  const Api& api = library.api;
-  std::array<dnnl_memory_t, 3> memories{};
-  struct Release {
-    const Api& api;
-    std::array<dnnl_memory_t, 3>& memories;
-    ~Release() {
-      for (dnnl_memory_t memory : memories) {
-        if (memory != nullptr) api.dnnl_memory_destroy(memory);
-      }
-    }
-  } release{api, memories};
-  // oneDNN takes non-const handles; it only reads src and weights.
-  void* data[3] = {const_cast<void*>(src), const_cast<void*>(weights), dst};
-  for (size_t i = 0; i < memories.size(); ++i) {
-    Check(api.dnnl_memory_create(&memories[i], primitive->mds[i],
-                                 library.engine, data[i]),
-          op, "dnnl_memory_create");
-  }
-  const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memories[0]},
-                                   {DNNL_ARG_WEIGHTS, memories[1]},
-                                   {DNNL_ARG_DST, memories[2]}};
-  dnnl_stream_t stream = ThreadStream(library, op);
-  Check(api.dnnl_primitive_execute(primitive->handle, stream, 3, args), op,
-        "dnnl_primitive_execute");
-  Check(api.dnnl_stream_wait(stream), op, "dnnl_stream_wait");
+  ExecutePrimitive(library, op, *primitive, src, weights, dst);
   t_last_primitive = std::move(primitive);
 }
 
