@@ -9,8 +9,6 @@ every call; the ``--local`` cases run a tiny generated pytest project. The test 
 from __future__ import annotations
 
 import ast
-import importlib
-import importlib.util
 import os
 import shlex
 import sys
@@ -25,23 +23,11 @@ RUN_PY = CI_DIR / "run.py"
 FAKE_DOCKER = HERE / "fake_docker.py"
 
 
-def _load_runner():
-    """Import ``.ci/run.py`` under a unique module name (it is not a package)."""
-    name = "polyops_ci_run"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, RUN_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+# The runner's package, .ci/polyops_ci, imported by the test modules by name.
+if str(CI_DIR) not in sys.path:
+    sys.path.insert(0, str(CI_DIR))
 
-
-ci = _load_runner()
-
-#: The module of ``fix_ownership``, whose helpers the ownership test replaces.
-ownership = importlib.import_module("polyops_ci.ownership")
+from polyops_ci import cli  # noqa: E402
 
 
 def junit_xml(
@@ -114,7 +100,7 @@ class FakeDocker:
 
     def main(self, *args: str) -> int:
         """Run the runner in-process with the results dir of this test."""
-        return ci.main([*args, "--results-dir", str(self.results)])
+        return cli.main([*args, "--results-dir", str(self.results)])
 
     def calls(self) -> list[list[str]]:
         """The argv of every docker invocation so far (without the leading 'docker')."""

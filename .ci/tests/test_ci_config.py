@@ -11,7 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from ci_runner_support import REPO, ci
+from ci_runner_support import REPO
+from polyops_ci.cli import main
+from polyops_ci.config import (
+    DEFAULT_CONFIG,
+    CIError,
+    ConfigError,
+    Passthrough,
+    load_config,
+    parse_config,
+)
+from polyops_ci.devices import device_env, select_devices
+from polyops_ci.plan import git_commit
 
 GOOD_PLATFORM = {
     "stages": [
@@ -102,8 +113,8 @@ def _with(**changes: object) -> dict:
     ],
 )
 def test_config_errors(data: object, message: str) -> None:
-    with pytest.raises(ci.ConfigError) as info:
-        ci.parse_config(data, Path("cfg.yaml"), REPO)
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, Path("cfg.yaml"), REPO)
     assert message in str(info.value)
     assert str(info.value).startswith("cfg.yaml")
 
@@ -111,14 +122,14 @@ def test_config_errors(data: object, message: str) -> None:
 def test_config_error_through_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("platforms:\n  cpu:\n    stages: [\n")
-    assert ci.main(["--platform", "cpu", "--config", str(config), "--dry-run"]) == 2
+    assert main(["--platform", "cpu", "--config", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "invalid YAML" in err and str(config) in err
 
 
 def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.yaml"
-    assert ci.main(["--platform", "cpu", "--config", str(missing), "--dry-run"]) == 2
+    assert main(["--platform", "cpu", "--config", str(missing), "--dry-run"]) == 2
     assert "cannot read the CI configuration" in capsys.readouterr().err
 
 
@@ -131,7 +142,7 @@ def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     ],
 )
 def test_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
-    assert ci.main([*args, "--dry-run"]) == 2
+    assert main([*args, "--dry-run"]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -139,7 +150,7 @@ def test_missing_pyyaml_is_explained(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "yaml", None)
-    assert ci.main(["--platform", "cpu", "--dry-run"]) == 2
+    assert main(["--platform", "cpu", "--dry-run"]) == 2
     assert "pip install pyyaml" in capsys.readouterr().err
 
 
@@ -147,12 +158,12 @@ def test_missing_docker_is_explained(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert ci.main(["--platform", "cpu", "--results-dir", str(tmp_path / "r")]) == 2
+    assert main(["--platform", "cpu", "--results-dir", str(tmp_path / "r")]) == 2
     assert "docker not found on PATH" in capsys.readouterr().err
 
 
 def test_repository_config_is_valid() -> None:
-    config = ci.load_config(ci.DEFAULT_CONFIG, REPO)
+    config = load_config(DEFAULT_CONFIG, REPO)
     assert {"cpu", "nvidia", "ascend"} <= set(config.platforms)
     for name, platform in config.platforms.items():
         assert platform.dockerfile == REPO / ".ci" / "images" / name / "Dockerfile"
@@ -176,29 +187,29 @@ def test_repository_config_is_valid() -> None:
 def test_devices_all_for_device_files_reads_the_host(tmp_path: Path) -> None:
     for name in ("npu0", "npu3", "npu_manager"):
         (tmp_path / name).touch()
-    passthrough = ci.Passthrough("device-files", "0", str(tmp_path / "npu{id}"))
-    devices = ci.select_devices(passthrough, "all")
+    passthrough = Passthrough("device-files", "0", str(tmp_path / "npu{id}"))
+    devices = select_devices(passthrough, "all")
     assert devices.ids == ("0", "3")
-    with pytest.raises(ci.CIError, match="no /nonexistent/dev<N> device found"):
-        ci.select_devices(ci.Passthrough("device-files", "0", "/nonexistent/dev{id}"), "all")
+    with pytest.raises(CIError, match="no /nonexistent/dev<N> device found"):
+        select_devices(Passthrough("device-files", "0", "/nonexistent/dev{id}"), "all")
 
 
 def test_local_device_env_only_for_explicit_selection() -> None:
-    passthrough = ci.Passthrough("gpus", "all", local_visible_devices_env="CUDA_VISIBLE_DEVICES")
-    chosen = ci.select_devices(passthrough, "1,2")
-    assert ci.device_env(passthrough, chosen, local=True) == {"CUDA_VISIBLE_DEVICES": "1,2"}
-    default = ci.select_devices(passthrough, None)
-    assert ci.device_env(passthrough, default, local=True) == {}
+    passthrough = Passthrough("gpus", "all", local_visible_devices_env="CUDA_VISIBLE_DEVICES")
+    chosen = select_devices(passthrough, "1,2")
+    assert device_env(passthrough, chosen, local=True) == {"CUDA_VISIBLE_DEVICES": "1,2"}
+    default = select_devices(passthrough, None)
+    assert device_env(passthrough, default, local=True) == {}
 
 
 def test_git_commit(tmp_path: Path) -> None:
-    assert ci.git_commit(tmp_path) == "nogit"
+    assert git_commit(tmp_path) == "nogit"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     (tmp_path / "f").write_text("1")
     subprocess.run([*git, "add", "f"], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    commit = ci.git_commit(tmp_path)
+    commit = git_commit(tmp_path)
     assert re.fullmatch(r"[0-9a-f]{12}", commit)
     (tmp_path / "f").write_text("2")
-    assert ci.git_commit(tmp_path) == f"{commit}-dirty"
+    assert git_commit(tmp_path) == f"{commit}-dirty"

@@ -8,7 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from ci_runner_support import PASSING, REPO, FakeDocker, ci, ownership, values
+from ci_runner_support import PASSING, REPO, FakeDocker, values
+from polyops_ci import ownership
+from polyops_ci.config import Passthrough, Platform
+from polyops_ci.plan import image_tag_for
 
 
 @pytest.fixture
@@ -69,11 +72,11 @@ def test_image_tag_follows_dockerfile_content(tmp_path: Path) -> None:
     dockerfile = tmp_path / "images" / "x" / "Dockerfile"
     dockerfile.parent.mkdir(parents=True)
     dockerfile.write_text("FROM python:3.11-slim\n")
-    platform = ci.Platform("x", dockerfile, ci.Passthrough("none"), {}, "", (), ())
-    first = ci.image_tag_for(platform)
-    assert first == ci.image_tag_for(platform)
+    platform = Platform("x", dockerfile, Passthrough("none"), {}, "", (), ())
+    first = image_tag_for(platform)
+    assert first == image_tag_for(platform)
     dockerfile.write_text("FROM python:3.12-slim\n")
-    assert ci.image_tag_for(platform) != first
+    assert image_tag_for(platform) != first
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ci_runner_support import REPO, RUN_PY, FakeDocker, ci
+from ci_runner_support import REPO, RUN_PY, FakeDocker
+from polyops_ci.cli import main
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDocker:
 def test_dry_run_prints_docker_commands_only(
     docker: FakeDocker, capsys: pytest.CaptureFixture[str], platform: str, expected: list[str]
 ) -> None:
-    assert ci.main(["--platform", platform, "--dry-run"]) == 0
+    assert main(["--platform", platform, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert docker.calls() == [], "a dry run must not call docker"
     match = re.search(r"^# results dir: (\S+) \(not created", out, re.MULTILINE)
@@ -59,7 +60,7 @@ def test_dry_run_prints_docker_commands_only(
 
 
 def test_dry_run_local(docker: FakeDocker, capsys: pytest.CaptureFixture[str]) -> None:
-    assert ci.main(["--platform", "cpu", "--dry-run", "--local"]) == 0
+    assert main(["--platform", "cpu", "--dry-run", "--local"]) == 0
     out = capsys.readouterr().out
     assert docker.calls() == []
     assert "docker" not in out

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ci_runner_support import ci
+from polyops_ci.cli import main
 
 TINY_CONFIG = """
 version: 1
@@ -61,7 +61,7 @@ def test_local_passing_project(tmp_path: Path, capsys: pytest.CaptureFixture[str
     project, config = _tiny_project(tmp_path, "assert True")
     before = _snapshot(project)
     argv = ["--local", "--platform", "cpu", "--config", str(config), "--checkout", str(project)]
-    assert ci.main(argv) == 0
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "overall verdict: PASS" in out
     assert re.search(r"^test\s+PASS\s+2\s+0\s+0\s+0\s", out, re.MULTILINE), out
@@ -77,7 +77,7 @@ def test_local_passing_project(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_local_failing_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project, config = _tiny_project(tmp_path, "assert 1 == 2")
     argv = ["--local", "--platform", "cpu", "--config", str(config), "--checkout", str(project)]
-    assert ci.main([*argv, "--results-dir", str(tmp_path / "out")]) == 1
+    assert main([*argv, "--results-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^test\s+FAIL\s+1\s+1\s+0\s+0\s", out, re.MULTILINE), out
     assert "FAIL test: exit code 1" in out
@@ -89,7 +89,7 @@ def test_local_timeout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     config = tmp_path / "slow.yaml"
     config.write_text(TINY_CONFIG.replace('test "$TINY_FLAG" = on', "sleep 30"))
     argv = ["--local", "--platform", "cpu", "--config", str(config), "--checkout", str(project)]
-    assert ci.main([*argv, "--timeout", "0.5", "--results-dir", str(tmp_path / "out")]) == 1
+    assert main([*argv, "--timeout", "0.5", "--results-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert "FAIL build: timed out after 0.5 s" in out
     assert re.search(r"^test\s+SKIPPED", out, re.MULTILINE), out

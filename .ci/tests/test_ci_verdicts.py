@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from ci_runner_support import PASSING, FakeDocker, ci, container_names, junit_xml, values
+from ci_runner_support import PASSING, FakeDocker, container_names, junit_xml, values
+from polyops_ci.verdict import JUnitCounts, Outcome, judge, read_junit
 
 
 @pytest.fixture
@@ -201,28 +202,28 @@ def test_read_junit_counts_test_cases(tmp_path: Path) -> None:
         '<testcase name="d"><error/></testcase>'
         "</testsuite>"
     )
-    counts, problem = ci.read_junit(path)
+    counts, problem = read_junit(path)
     assert problem is None
-    assert counts == ci.JUnitCounts(tests=4, passed=1, failed=1, skipped=1, errors=2)
+    assert counts == JUnitCounts(tests=4, passed=1, failed=1, skipped=1, errors=2)
 
 
 @pytest.mark.parametrize(
     ("outcome", "junit", "passed", "reason"),
     [
-        (ci.Outcome(0), True, True, "clean JUnit"),
-        (ci.Outcome(0, in_container=False), False, True, "exit code 0"),
-        (ci.Outcome(137), True, True, "passed by its JUnit report"),
-        (ci.Outcome(137, in_container=False), True, False, "JUnit fallback does not apply"),
-        (ci.Outcome(139), True, False, "killed by SIGSEGV"),
-        (ci.Outcome(137, oom_killed=True), True, False, "out of memory"),
-        (ci.Outcome(0, timed_out=True, timeout=5), True, False, "timed out after 5 s"),
-        (ci.Outcome(None, problem="gone"), True, False, "gone"),
-        (ci.Outcome(1), True, False, "exit code 1"),
+        (Outcome(0), True, True, "clean JUnit"),
+        (Outcome(0, in_container=False), False, True, "exit code 0"),
+        (Outcome(137), True, True, "passed by its JUnit report"),
+        (Outcome(137, in_container=False), True, False, "JUnit fallback does not apply"),
+        (Outcome(139), True, False, "killed by SIGSEGV"),
+        (Outcome(137, oom_killed=True), True, False, "out of memory"),
+        (Outcome(0, timed_out=True, timeout=5), True, False, "timed out after 5 s"),
+        (Outcome(None, problem="gone"), True, False, "gone"),
+        (Outcome(1), True, False, "exit code 1"),
     ],
 )
 def test_judge_table(outcome: object, junit: bool, passed: bool, reason: str) -> None:
-    counts = ci.JUnitCounts(tests=2, passed=2, failed=0, skipped=0, errors=0)
-    verdict = ci.judge(outcome, junit, counts if junit else None)
+    counts = JUnitCounts(tests=2, passed=2, failed=0, skipped=0, errors=0)
+    verdict = judge(outcome, junit, counts if junit else None)
     assert verdict.passed is passed
     assert reason in verdict.reason
     assert (verdict.warning is not None) == verdict.from_junit
