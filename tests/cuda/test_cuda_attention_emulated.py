@@ -4,10 +4,10 @@ No GPU is needed: flash_attention's and paged_attention's slot 0 ``flash``
 (src/cuda/{flash_attention,paged_attention}/flash.cuh over
 src/cuda/kernels/attention/attention.cuh) are copied with every launch rewritten into
 ``EmulatedLaunch`` and the dynamic shared memory into a per-launch buffer
-(tests/cuda/cuda_emulation_rows/emulated_cuda.h: one cooperative thread per CUDA
+(tests/cuda/emulation/emulated_cuda.h: one cooperative thread per CUDA
 thread, barriers for ``__syncthreads`` and for the warp shuffles of
 WarpMax/WarpSum and the weight broadcast), built with
-tests/cuda/cuda_emulation_rows/attention_main.cc, and every case of the parity
+tests/cuda/emulation/attention_main.cc, and every case of the parity
 table (polyops.testing.OPS: GQA, varlen, causal and windows, paged and
 vLLM-layout caches, packed qkv, the NaN/inf case, host mirrors, split-K
 decode) is run through it and compared with the float64 reference at the
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import dtype_id
-from cuda_emulation_rows.harness import build_emulator, parity_failures, run_slot
+from emulation.harness import build_emulator, parity_failures, run_slot
 
 from polyops.testing import OPS, compare
 from polyops.testing import references as ref

@@ -2,7 +2,7 @@
 
 src/cuda/kernels/gemm/blas_problem.h turns a GemmLayout (matmul / gemm / linear) into the
 operands, transposes, leading dims and batch strides of one column-major
-cuBLAS(Lt) call. tests/cuda/cuda_emulation/blas_problem_main.cc evaluates that call
+cuBLAS(Lt) call. tests/cuda/emulation/blas_problem_main.cc evaluates that call
 with the documented cublasGemmStridedBatchedEx formula for every orientation
 of a, b and out (row- or column-major, padded leading dims), batches with a
 broadcast operand and size-1 dims, and compares with the logical product on
@@ -25,7 +25,7 @@ def test_column_major_mapping_of_every_layout(tmp_path):
     if compiler is None:
         pytest.skip("needs a C++17 compiler (g++)")
     binary = tmp_path / "blas_problem"
-    source = ROOT / "tests" / "cuda" / "cuda_emulation" / "blas_problem_main.cc"
+    source = ROOT / "tests" / "cuda" / "emulation" / "blas_problem_main.cc"
     subprocess.run(
         [compiler, "-std=c++17", "-O1", f"-I{ROOT / 'src'}", str(source), "-o", str(binary)],
         check=True,

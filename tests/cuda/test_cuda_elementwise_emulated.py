@@ -3,9 +3,9 @@
 No GPU is needed: src/cuda/{add,mul}/vector.cuh (over
 src/cuda/kernels/elementwise/binary_elementwise.cuh), src/cuda/cast/loop.cuh and
 src/cuda/cat/copy.cuh (over src/cuda/kernels/elementwise/elementwise.cuh) are copied with every
-launch rewritten into ``EmulatedLaunch`` (tests/cuda/cuda_emulation_rows/
+launch rewritten into ``EmulatedLaunch`` (tests/cuda/emulation/
 emulated_cuda.h; cudaMemcpyAsync / cudaMemcpy2DAsync as host copies), built
-with tests/cuda/cuda_emulation_rows/elementwise_main.cc, and every case of the
+with tests/cuda/emulation/elementwise_main.cc, and every case of the
 parity table (polyops.testing.OPS: every dtype, broadcast, transposed and
 stepped operands, in-place, strided outputs, empty and scalar tensors, the
 NaN/inf case) is run through it and compared with the float64 reference at
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import dtype_id
-from cuda_emulation_rows.harness import build_emulator, parity_failures, run_slot
+from emulation.harness import build_emulator, parity_failures, run_slot
 
 from polyops.testing import OPS, compare
 from polyops.testing import references as ref

@@ -5,11 +5,11 @@ silu_and_mul (both slots), causal_softmax, rotary_embedding,
 apply_rotary_pos_emb and reshape_and_cache (src/cuda/<op>/*.cuh with
 src/cuda/kernels/rows/rows.cuh and src/cuda/kernels/rotary/rotary.cuh) are copied with every
 ``kernel<<<grid, block, shared, stream>>>(args)`` rewritten into a call of
-``EmulatedLaunch`` (tests/cuda/cuda_emulation_rows/emulated_cuda.h: one
+``EmulatedLaunch`` (tests/cuda/emulation/emulated_cuda.h: one
 cooperative thread per CUDA thread, barriers for ``__syncthreads`` and the
 warp shuffles), compiled
-with the host compiler together with tests/cuda/cuda_emulation_rows/rows_main.cc
-(tests/cuda/cuda_emulation_rows/harness.py builds and marshals), and
+with the host compiler together with tests/cuda/emulation/rows_main.cc
+(tests/cuda/emulation/harness.py builds and marshals), and
 every case of the parity table (polyops.testing.OPS) for those ops is run
 through it and compared with the float64 reference at the table's
 tolerance. Inputs keep their storage, offsets, strides and aliasing (in-place
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import dtype_id
-from cuda_emulation_rows.harness import build_emulator, run_slot
+from emulation.harness import build_emulator, run_slot
 
 from polyops.testing import OPS, Inputs, compare
 from polyops.testing import references as ref

@@ -1,56 +1,34 @@
-"""The CUDA topk_topp_sampling kernel's source, run on the CPU under a thread emulation.
+"""The CUDA topk_topp_sampling kernel's source, run on the CPU under a host emulation of CUDA.
 
-No GPU is needed: tests/cuda/cuda_emulation/cuda_runtime.h stands in for the CUDA
-runtime (a block of 512 std::threads, barriers for __syncthreads and the warp
-collectives, plain float32 arithmetic for the _rn intrinsics), and
-tests/cuda/cuda_emulation/sampling_main.cc runs src/cuda/kernels/sampling/sampling.cuh's SampleRows
-on float32 logits. The tokens must equal the specification's reference
-(polyops.testing.references) bit for bit. This checks the kernel's logic
-(radix select, stable compaction and sort, chunked sequential sums, the
-grid-stride over rows, the -1 marker), not nvcc's code generation or a GPU.
+No GPU is needed: tests/cuda/emulation/emulated_cuda.h stands in for the CUDA
+runtime (a block of 512 cooperative threads, barriers for __syncthreads and the
+warp collectives -- shuffle, ballot, match_any -- with deadlock and divergence
+detection, plain float32 arithmetic for the _rn intrinsics, built with
+-ffp-contract=off), and tests/cuda/emulation/sampling_main.cc runs
+src/cuda/kernels/sampling/sampling.cuh's SampleRows on float32 logits. The
+tokens must equal the specification's reference (polyops.testing.references)
+bit for bit. This checks the kernel's logic (radix select, stable compaction
+and sort, chunked sequential sums, the grid-stride over rows, the -1 marker),
+not nvcc's code generation or a GPU.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from emulation.harness import build_emulator
 
 from polyops.testing.references import sampling_reference_row
-
-ROOT = Path(__file__).resolve().parents[2]
-HARNESS = Path(__file__).resolve().parent / "cuda_emulation"
 
 
 @pytest.fixture(scope="module")
 def emulated_kernel(tmp_path_factory) -> Path:
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("needs a C++20 compiler (g++) to build the emulated kernel")
-    binary = tmp_path_factory.mktemp("cuda_emulation") / "sampling"
-    subprocess.run(
-        [
-            compiler,
-            "-std=c++20",
-            "-O1",
-            "-ffp-contract=off",
-            "-pthread",
-            f"-I{HARNESS}",
-            f"-I{ROOT / 'src'}",
-            str(HARNESS / "sampling_main.cc"),
-            "-o",
-            str(binary),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return binary
+    return build_emulator(tmp_path_factory.mktemp("sampling"), [], "sampling_main.cc")
 
 
 def run_kernel(

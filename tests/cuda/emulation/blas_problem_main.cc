@@ -1,7 +1,7 @@
-// Checks cuda::ColumnMajorProductOf (src/cuda/kernels/gemm/blas_problem.h) on the CPU: for
-// every orientation of a, b and out (row- or column-major, padded leading
-// dims), batches with a broadcast operand and size-1 dims, the product that
-// column-major cuBLAS computes from it -- evaluated here by the documented
+// Checks cuda::ColumnMajorProductOf (src/cuda/kernels/gemm/blas_problem.h) on
+// the CPU: for every orientation of a, b and out (row- or column-major, padded
+// leading dims), batches with a broadcast operand and size-1 dims, the product
+// that column-major cuBLAS computes from it -- evaluated here by the documented
 // cublasGemmStridedBatchedEx formula -- must equal the logical product.
 // Integer-valued data, so both sums are exact. Prints the number of layouts
 // checked; exits 1 at the first mismatch.

@@ -1,6 +1,6 @@
 // Runs one call of the own CUDA attention slots (flash_attention and
-// paged_attention slot 0, cuda/kernels/attention/attention.cuh) under the host emulation
-// (emulated_cuda.h) on the tensors of a manifest (driver.h) that
+// paged_attention slot 0, cuda/kernels/attention/attention.cuh) under the host
+// emulation (emulated_cuda.h) on the tensors of a manifest (driver.h) that
 // tests/cuda/test_cuda_attention_emulated.py writes.
 #include <string>
 

@@ -1,14 +1,17 @@
 // A host stand-in for the CUDA runtime, <cuda_fp16.h> and <cuda_bf16.h>,
-// enough to run the CUDA slots that tests/cuda/test_cuda_{rows,attention,
-// elementwise}_emulated.py cover on a CPU, with the project's own
-// cuda/runtime/common.cuh (WarpSum, WarpMax, BlockSum, BlockMax, FromFloat,
-// ToFloat, Check, Workspace) compiled as it is. The tests rewrite each
-// `kernel<<<grid, block, shared, stream>>>(args)` of the slot headers into
-// `EmulatedLaunch(grid, block, shared, stream, [&] { kernel(args); })` and
-// each `extern __shared__ T name[];` into a pointer to the launch's dynamic
-// shared buffer (`shared` bytes, filled with 0xff bytes: NaN floats, so a
-// read before a write shows). cuda_runtime.h, cuda_fp16.h and cuda_bf16.h
-// in this folder include this file.
+// enough to run on a CPU the CUDA slots that tests/cuda/test_cuda_{rows,
+// attention,elementwise}_emulated.py cover and topk_topp_sampling's kernel
+// (src/cuda/kernels/sampling/sampling.cuh, tests/cuda/
+// test_cuda_sampling_emulated.py through sampling_main.cc), with the
+// project's own cuda/runtime/common.cuh (WarpSum, WarpMax, BlockSum,
+// BlockMax, FromFloat, ToFloat, Check, Workspace) compiled as it is. The
+// slot tests rewrite each `kernel<<<grid, block, shared, stream>>>(args)` of
+// the slot headers into `EmulatedLaunch(grid, block, shared, stream, [&] {
+// kernel(args); })` and each `extern __shared__ T name[];` into a pointer to
+// the launch's dynamic shared buffer (`shared` bytes, filled with 0xff bytes:
+// NaN floats, so a read before a write shows); sampling_main.cc calls
+// EmulatedLaunch itself. cuda_runtime.h, cuda_fp16.h and cuda_bf16.h in this
+// folder include this file.
 //
 // A launch runs the grid's blocks one after another (x fastest, then y, z),
 // each as blockDim.x cooperative threads (fibers with their own stacks on
@@ -16,22 +19,30 @@
 // attention kernels' thousands of warp exchanges per block take minutes).
 // A thread runs until it waits at a barrier: __syncthreads (the block's),
 // or a warp collective (its warp's 32 threads, threadIdx.x / 32), so
-// `__shared__` = `static` is one block's memory. A block's threads are
-// resumed in thread order, the next block's in reverse order. A round of
-// the scheduler in which no thread arrives anywhere and none finishes is a
-// deadlock (a barrier or shuffle some threads never reach): the driver
-// stops with exit status 4 instead of hanging. Warp shuffles exchange
-// through per-warp slots: every lane writes its value, the warp waits,
-// every lane reads its source lane, the warp waits again; lanes that meet
-// at different shuffle call sites stop the driver (exit status 6). __half
-// and __nv_bfloat16 convert with polyops' own routines (round to nearest
-// even); expf and the other float functions are the host's. It checks the
-// slots' logic -- indexing, masks, packs and their fallbacks, barriers,
-// warp exchanges and reduction trees, in-place safety, host code -- not
-// nvcc, a GPU's scheduling or CUDA's float intrinsics. x86-64 only (the
-// fiber switch is 15 instructions of assembly).
-#ifndef POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
-#define POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
+// `__shared__` = `static` is one block's memory, and atomicAdd is atomic
+// (no thread is switched out inside it). A block's threads are resumed in
+// thread order, the next block's in reverse order. A round of the scheduler
+// in which no thread arrives anywhere and none finishes is a deadlock (a
+// barrier or warp collective some threads never reach): the driver stops
+// with exit status 4 instead of hanging. Warp collectives -- the shuffles,
+// __ballot_sync and __match_any_sync -- exchange through per-warp slots:
+// every lane writes its value, the warp waits, every lane reads its source
+// lane (or, for ballot and match_any, all the warp's slots), the warp waits
+// again; lanes that meet at different collective call sites (divergence)
+// stop the driver (exit status 6). __half and __nv_bfloat16 convert with
+// polyops' own routines (round to nearest even); the _rn intrinsics
+// (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn) are plain
+// float32 operations, each rounded once, because every build of this
+// emulation uses -ffp-contract=off (no fused multiply-add, as nvcc never
+// contracts an _rn intrinsic); expf and the other float functions are the
+// host's. It checks the kernels' logic -- indexing, masks, packs and their
+// fallbacks, barriers, warp exchanges and reduction trees, in-place safety,
+// host code, and for sampling the radix select, the stability of the
+// compaction and sort and the order of the sums, bit for bit -- not nvcc, a
+// GPU's scheduling or CUDA's own float functions. x86-64 only (the fiber
+// switch is 15 instructions of assembly).
+#ifndef POLYOPS_TESTS_CUDA_EMULATION_EMULATED_CUDA_H_
+#define POLYOPS_TESTS_CUDA_EMULATION_EMULATED_CUDA_H_
 
 #include <math.h>
 
@@ -85,7 +96,8 @@ inline dim3 blockDim;
 inline dim3 gridDim;
 
 // CUDA's 16-bit float types: 2-byte structs of their own (as in CUDA), so
-// that cuda/runtime/common.cuh's ToFloat overloads do not collide with polyops'.
+// that cuda/runtime/common.cuh's ToFloat overloads do not collide with
+// polyops'.
 struct alignas(2) __half {
   uint16_t bits;
 };
@@ -233,33 +245,74 @@ inline void RunBlock(unsigned threads, bool reverse) {
 inline int Lane() { return static_cast<int>(threadIdx.x & 31); }
 inline int Warp() { return static_cast<int>(threadIdx.x >> 5); }
 
-// Every lane publishes `value`, the warp waits, each lane reads lane
-// `source(lane)` (its own value when the source is outside the warp), and
-// the warp waits again so that no slot is overwritten before all have read.
-// `site`: the shuffle's call site, which every lane of the warp must share
-// (a GPU's __shfl_*_sync with a full mask requires all lanes at it).
-template <typename T, typename Source>
-T Exchange(T value, Source source, const std::source_location& site) {
+// The value lane `lane` of the calling thread's warp published.
+template <typename T>
+T Slot(int lane) {
+  T value;
+  std::memcpy(&value, &lanes[Warp()][lane], sizeof(T));
+  return value;
+}
+
+// The number of lanes of the calling thread's warp (32 but in a last,
+// partial warp).
+inline int WarpLanes() {
+  return static_cast<int>(warp_barriers[Warp()].expected);
+}
+
+// Every lane publishes `value`, the warp waits, each lane computes `read()`
+// from the warp's slots (Slot), and the warp waits again so that no slot is
+// overwritten before all have read. `site`: the collective's call site,
+// which every lane of the warp must share (a GPU's __shfl_*_sync,
+// __ballot_sync and __match_any_sync with a full mask require all lanes at
+// it).
+template <typename T, typename Read>
+auto Collect(T value, Read read, const std::source_location& site) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
+  lanes[Warp()][Lane()] = 0;
   std::memcpy(&lanes[Warp()][Lane()], &value, sizeof(T));
   sites[Warp()][Lane()] = site.line();
   Wait(warp_barriers[Warp()]);
   if (sites[Warp()][Lane()] != sites[Warp()][0]) {
     std::fprintf(stderr,
                  "emulated CUDA: lanes %d and 0 of warp %d in block (%u, %u, "
-                 "%u) meet at warp shuffles on different lines (%u, %u)\n",
+                 "%u) meet at warp collectives on different lines (%u, %u)\n",
                  Lane(), Warp(), blockIdx.x, blockIdx.y, blockIdx.z,
                  sites[Warp()][Lane()], sites[Warp()][0]);
     std::fflush(stderr);
     std::_Exit(6);
   }
-  const int from = source(Lane());
-  T result = value;
-  if (from >= 0 && from < static_cast<int>(warp_barriers[Warp()].expected)) {
-    std::memcpy(&result, &lanes[Warp()][from], sizeof(T));
-  }
+  auto result = read();
   Wait(warp_barriers[Warp()]);
   return result;
+}
+
+// A shuffle: each lane reads lane `source(lane)` (its own value when the
+// source is outside the warp).
+template <typename T, typename Source>
+T Exchange(T value, Source source, const std::source_location& site) {
+  return Collect(
+      value,
+      [&] {
+        const int from = source(Lane());
+        return from >= 0 && from < WarpLanes() ? Slot<T>(from) : value;
+      },
+      site);
+}
+
+// The mask of the warp's lanes whose slot satisfies `test` (lanes past a
+// partial warp's end are 0).
+template <typename T, typename Test>
+unsigned LaneMask(T value, Test test, const std::source_location& site) {
+  return Collect(
+      value,
+      [&] {
+        unsigned mask = 0;
+        for (int lane = 0; lane < WarpLanes(); ++lane) {
+          if (test(Slot<T>(lane))) mask |= 1u << lane;
+        }
+        return mask;
+      },
+      site);
 }
 
 }  // namespace emulation
@@ -284,7 +337,29 @@ T __shfl_down_sync(
   return emulation::Exchange(
       value, [&](int lane) { return lane + static_cast<int>(delta); }, site);
 }
+inline unsigned __ballot_sync(
+    unsigned, int predicate,
+    std::source_location site = std::source_location::current()) {
+  return emulation::LaneMask(
+      predicate != 0 ? 1u : 0u, [](unsigned slot) { return slot != 0; }, site);
+}
+inline unsigned __match_any_sync(
+    unsigned, unsigned value,
+    std::source_location site = std::source_location::current()) {
+  return emulation::LaneMask(
+      value, [&](unsigned slot) { return slot == value; }, site);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline unsigned atomicAdd(unsigned* address, unsigned value) {
+  const unsigned old = *address;  // no thread switch until it returns
+  *address = old + value;
+  return old;
+}
 
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __double2float_rn(double a) { return static_cast<float>(a); }
@@ -368,8 +443,8 @@ T* DynamicShared() {
 
 namespace polyops::cuda {
 
-// cuda/runtime/workspace.cu's definitions, for the host: the scratch memory is host
-// memory filled with 0xff bytes (NaN floats), so a partial the kernels
+// cuda/runtime/workspace.cu's definitions, for the host: the scratch memory is
+// host memory filled with 0xff bytes (NaN floats), so a partial the kernels
 // forget to write shows.
 inline void ThrowCudaError(cudaError_t status, const char* op,
                            const char* what) {
@@ -388,4 +463,4 @@ inline Workspace::~Workspace() { delete[] static_cast<char*>(data_); }
 
 }  // namespace polyops::cuda
 
-#endif  // POLYOPS_TESTS_CUDA_EMULATION_ROWS_EMULATED_CUDA_H_
+#endif  // POLYOPS_TESTS_CUDA_EMULATION_EMULATED_CUDA_H_

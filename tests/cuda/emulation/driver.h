@@ -1,5 +1,5 @@
 // The emulated CUDA drivers' common part (rows_main.cc, attention_main.cc,
-// elementwise_main.cc): reads the manifest that tests/cuda/cuda_emulation_rows/
+// elementwise_main.cc): reads the manifest that tests/cuda/emulation/
 // harness.py writes, runs one call of a CUDA slot through the op's
 // dispatch, and writes the storages back.
 //   op <name> <slot>
@@ -10,8 +10,8 @@
 //   none | double <v> | int <v> | bool <0|1> | dtype <enum>
 // (the op's arguments in order). Exit status 0, or 3 with polyops' error
 // message on stderr.
-#ifndef POLYOPS_TESTS_CUDA_EMULATION_ROWS_DRIVER_H_
-#define POLYOPS_TESTS_CUDA_EMULATION_ROWS_DRIVER_H_
+#ifndef POLYOPS_TESTS_CUDA_EMULATION_DRIVER_H_
+#define POLYOPS_TESTS_CUDA_EMULATION_DRIVER_H_
 
 #include <cstdint>
 #include <exception>
@@ -169,4 +169,4 @@ int DriverMain(int argc, char** argv, Dispatch dispatch) {
 
 }  // namespace emulation
 
-#endif  // POLYOPS_TESTS_CUDA_EMULATION_ROWS_DRIVER_H_
+#endif  // POLYOPS_TESTS_CUDA_EMULATION_DRIVER_H_

@@ -1,17 +1,14 @@
-// Runs src/cuda/kernels/sampling/sampling.cuh's SampleRows<float> under the host emulation
-// (cuda_runtime.h here). stdin: "B V grid out_bits" (out_bits 64 or 32: the
-// out dtype), then per row "k p u" (k an integer, p and u float32 bit
-// patterns in hex) and V float32 bit patterns in hex. stdout: one token id
-// per row.
+// Runs src/cuda/kernels/sampling/sampling.cuh's SampleRows<float> under the
+// host emulation of CUDA (emulated_cuda.h), for
+// tests/cuda/test_cuda_sampling_emulated.py. stdin: "B V grid out_bits"
+// (out_bits 64 or 32: the out dtype), then per row "k p u" (k an integer, p and
+// u float32 bit patterns in hex) and V float32 bit patterns in hex. stdout: one
+// token id per row.
 #include <cstdio>
 #include <vector>
 
-#include "cuda_runtime.h"
-// common.cuh needs the real CUDA headers; the kernel needs only ToFloat.
-#define POLYOPS_CUDA_RUNTIME_COMMON_CUH_
-namespace polyops::cuda {
-inline float ToFloat(float value) { return value; }
-}  // namespace polyops::cuda
+#include "emulated_cuda.h"
+// The kernel; its <cuda_runtime.h> is this folder's.
 #include "cuda/kernels/sampling/sampling.cuh"
 
 int main() {
@@ -53,9 +50,10 @@ int main() {
   args.out_int32 = out_bits == 32;
   args.out = args.out_int32 ? static_cast<void*>(out32.data()) : out64.data();
   std::vector<uint64_t> scratch(grid * 2 * vocab);
-  EmulatedLaunch(grid, polyops::cuda::kSamplingThreads, [&] {
-    polyops::cuda::SampleRows<float>(logits.data(), args, scratch.data());
-  });
+  EmulatedLaunch(
+      dim3(grid), dim3(polyops::cuda::kSamplingThreads), 0, nullptr, [&] {
+        polyops::cuda::SampleRows<float>(logits.data(), args, scratch.data());
+      });
   for (long long b = 0; b < batch; ++b) {
     const long long token = out_bits == 32 ? out32[b] : out64[b];
     std::printf("%lld\n", token);
