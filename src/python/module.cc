@@ -12,7 +12,7 @@
 #include "cpu/kernels/gemm/gemm_autotune.h"
 #include "cpu/kernels/gemm/gemm_kernels.h"
 #include "cpu/kernels/gemm/onednn.h"
-#include "cpu/runtime/convert.h"
+#include "cpu/runtime/isa.h"
 #include "python/meta_check.h"
 #include "python/tensor_exchange.h"
 #ifdef POLYOPS_WITH_CUDA
@@ -294,9 +294,7 @@ PYBIND11_MODULE(_C, module) {
   // calls it).
   module.def("_cpu_isa", [] {
     cpu::CpuIsaLimit();
-    return std::string(cpu::HasAvx512() ? "avx512"
-                       : cpu::HasAvx2() ? "avx2"
-                                        : "baseline");
+    return std::string(cpu::PickIsa("baseline", "avx2", "avx512"));
   });
   // Whether the CPU products' bfloat16 routes see AVX512-BF16 (the own
   // bfloat16 kernels; oneDNN past the decode rows), POLYOPS_CPU_ISA applied.

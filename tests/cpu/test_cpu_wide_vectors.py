@@ -47,6 +47,7 @@ def test_attention_16_lane_variant_agrees_bit_for_bit(tmp_path: Path) -> None:
             f"-I{ROOT / 'src'}",
             str(ROOT / "tests" / "cpu" / "cpu_wide_vectors" / "attention_main.cc"),
             str(ROOT / "src" / "cpu" / "runtime" / "convert.cc"),
+            str(ROOT / "src" / "cpu" / "runtime" / "isa.cc"),
             "-o",
             str(exe),
         ],

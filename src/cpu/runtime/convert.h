@@ -10,23 +10,10 @@
 #include <type_traits>
 
 #include "core/data_type.h"
+#include "cpu/runtime/isa.h"
 
 // Forces inlining, so helpers take the ISA of the kernel that calls them.
 #define POLYOPS_INLINE inline __attribute__((always_inline))
-
-// Compute-bound kernels are compiled three times: for the x86-64 baseline,
-// for AVX2 + FMA + F16C and for AVX-512, chosen at run time
-// (HasAvx2/HasAvx512), so the wheel runs on any x86-64 and uses the widest
-// vectors it finds. The build never contracts a*b+c, so the variants give
-// the same bits.
-#if defined(__x86_64__)
-#define POLYOPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define POLYOPS_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#else
-#define POLYOPS_TARGET_AVX2
-#define POLYOPS_TARGET_AVX512
-#endif
 
 namespace polyops::cpu {
 
@@ -69,20 +56,6 @@ POLYOPS_INLINE void Store(T* ptr, ComputeType<T> value) {
 // Contiguous float16 <-> float32; dispatches to F16C at run time.
 void HalfToFloat(const Half* src, float* dst, int64_t n);
 void FloatToHalf(const float* src, Half* dst, int64_t n);
-
-// POLYOPS_CPU_ISA, read once: caps the kernels' ISA below what the CPU
-// has, so tests can run every variant on one machine. Unset or empty: no
-// cap; avx512 keeps AVX-512 but not AVX512_BF16 (HasAvx512Bf16 in
-// cpu/kernels/rows/avx512_rows.h). Any other value throws InvalidArgument
-// naming the variable; `import polyops` reads it (polyops._C._cpu_isa), so a
-// bad value fails the import rather than a kernel call.
-enum class IsaLimit { kBaseline, kAvx2, kAvx512NoBf16, kNone };
-IsaLimit CpuIsaLimit();
-
-// Whether the CPU runs AVX2 + FMA + F16C code, and AVX-512 (F, BW, VL,
-// DQ) on top (each checked once), within CpuIsaLimit().
-bool HasAvx2();
-bool HasAvx512();
 
 // n elements from src (element stride `stride`) into dst, converted.
 template <typename T>

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cpu/runtime/convert.h"
+#include "cpu/runtime/isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -91,9 +92,8 @@ POLYOPS_TARGET_AVX512 __attribute__((flatten)) void CallAvx512(Fn& fn,
 template <typename Fn>
 void ParallelForIsa(int64_t count, bool parallel, Fn&& fn) {
   using F = std::remove_reference_t<Fn>;
-  void (*const call)(F&, int64_t) = HasAvx512() ? &CallAvx512<F>
-                                    : HasAvx2() ? &CallAvx2<F>
-                                                : &CallBase<F>;
+  void (*const call)(F&, int64_t) =
+      PickIsa(&CallBase<F>, &CallAvx2<F>, &CallAvx512<F>);
   ParallelFor(count, parallel, [&](int64_t i) { call(fn, i); });
 }
 

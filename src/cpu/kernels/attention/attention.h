@@ -15,6 +15,7 @@
 #include "cpu/kernels/attention/attention_tiles.h"
 #include "cpu/kernels/attention/attention_vectors.h"
 #include "cpu/runtime/convert.h"
+#include "cpu/runtime/isa.h"
 
 namespace polyops::cpu {
 
@@ -63,9 +64,8 @@ POLYOPS_TARGET_AVX512 void AttendTilesAvx512(const AttentionArgs<T>& a,
 
 template <typename T>
 auto AttendTilesForCpu() {
-  return HasAvx512() ? &AttendTilesAvx512<T>
-         : HasAvx2() ? &AttendTilesAvx2<T>
-                     : &AttendTilesBase<T>;
+  return PickIsa(&AttendTilesBase<T>, &AttendTilesAvx2<T>,
+                 &AttendTilesAvx512<T>);
 }
 
 // Splits each (sequence, kv head) into tiles of at most MaxTileRows rows:

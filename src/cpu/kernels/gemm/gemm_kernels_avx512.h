@@ -26,7 +26,7 @@
 // intrinsics (GCC emits AVX512-BF16 instructions only for its intrinsics),
 // so they run on any CPU with AVX-512; the bfloat16 ones also need
 // AVX512-BF16. Both are chosen at run time by CPUID (HasAvx512,
-// HasAvx512Bf16 of cpu/kernels/rows/avx512_rows.h, which POLYOPS_CPU_ISA caps),
+// HasAvx512Bf16 of cpu/runtime/isa.h, which POLYOPS_CPU_ISA caps),
 // as the other ISA variants are.
 #define POLYOPS_TARGET_GEMM \
   __attribute__((           \

@@ -45,14 +45,6 @@ namespace polyops::cpu {
 // Everything here runs only inside POLYOPS_TARGET_AVX512_ROWS functions.
 #define POLYOPS_AVX512_INLINE POLYOPS_TARGET_AVX512_ROWS POLYOPS_INLINE
 
-// Whether the CPU has AVX512_BF16 on top of HasAvx512(), unless
-// POLYOPS_CPU_ISA=avx512 (tests run the integer rounding path with it).
-inline bool HasAvx512Bf16() {
-  static const bool has = HasAvx512() && __builtin_cpu_supports("avx512bf16") &&
-                          CpuIsaLimit() == IsaLimit::kNone;
-  return has;
-}
-
 // The first n (< 16) lanes.
 POLYOPS_AVX512_INLINE __mmask16 TailMask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);

@@ -18,28 +18,26 @@
 
 namespace polyops::cpu {
 
-// Row kernels are compiled three times (baseline, AVX2, AVX-512; see
-// POLYOPS_TARGET_AVX2 in cpu/runtime/convert.h) and chosen at run time.
+// Row kernels are compiled once per ISA tier and picked by PickIsa
+// (cpu/runtime/isa.h).
 // Declares Name##Base, Name##Avx2 and Name##Avx512 (templates over T) that
 // all inline the kernel `Name`, and Name##ForCpu<T>() picking one.
-#define POLYOPS_ROW_KERNEL_VARIANTS(Name, Params, Args) \
-  template <typename T>                                 \
-  void Name##Base Params {                              \
-    Name Args;                                          \
-  }                                                     \
-  template <typename T>                                 \
-  POLYOPS_TARGET_AVX2 void Name##Avx2 Params {          \
-    Name Args;                                          \
-  }                                                     \
-  template <typename T>                                 \
-  POLYOPS_TARGET_AVX512 void Name##Avx512 Params {      \
-    Name Args;                                          \
-  }                                                     \
-  template <typename T>                                 \
-  auto Name##ForCpu() {                                 \
-    return HasAvx512() ? &Name##Avx512<T>               \
-           : HasAvx2() ? &Name##Avx2<T>                 \
-                       : &Name##Base<T>;                \
+#define POLYOPS_ROW_KERNEL_VARIANTS(Name, Params, Args)               \
+  template <typename T>                                               \
+  void Name##Base Params {                                            \
+    Name Args;                                                        \
+  }                                                                   \
+  template <typename T>                                               \
+  POLYOPS_TARGET_AVX2 void Name##Avx2 Params {                        \
+    Name Args;                                                        \
+  }                                                                   \
+  template <typename T>                                               \
+  POLYOPS_TARGET_AVX512 void Name##Avx512 Params {                    \
+    Name Args;                                                        \
+  }                                                                   \
+  template <typename T>                                               \
+  auto Name##ForCpu() {                                               \
+    return PickIsa(&Name##Base<T>, &Name##Avx2<T>, &Name##Avx512<T>); \
   }
 
 // Rows up to this long are staged whole as float on the stack (64 KiB), so
