@@ -48,6 +48,8 @@ FLASHINFER_CI = [
 # a reason. The emulated CUDA kernels need no CUDA build: `nox -s tests`
 # runs them.
 CUDA_BUILD_TESTS = ["tests/cuda/test_cuda.py", "tests/cuda/test_cuda_ops.py"]
+# The tests on the CANN test double, a pytest process of their own (see _npu_tests).
+NPU_TESTS = "tests/npu"
 # Upper bound of one install step (compile included), in seconds: the CPU
 # build takes about 5 min on 2 cores, the CUDA-enabled one about 15 min on 2
 # loaded cores (docs/contributing/ci.md).
@@ -84,14 +86,33 @@ def _build_and_test(session: nox.Session, cuda: bool, pytest_args: list[str]) ->
     session.run("python", "-m", "pytest", *pytest_args, env=env)
 
 
+def _npu_tests(session: nox.Session, pytest_args: list[str]) -> None:
+    """tests/npu, as a second pytest process: it activates the CANN test double and the
+    test "npu" device for the whole process (use_cann_double() is once per process), so
+    tests/conftest.py keeps it out of the main run. Skipped with a reason where the build
+    has no Ascend backend or test device."""
+    # A junit report of its own, next to the main run's (same name, "-npu" added).
+    args = [
+        arg.replace(".xml", "-npu.xml") if arg.startswith(("--junitxml=", "--junit-xml=")) else arg
+        for arg in pytest_args
+    ]
+    session.run("python", "-m", "pytest", *args, NPU_TESTS)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Build polyops (CPU backend, Ascend backend and its CANN test double) against the
-    session's torch and run every test (tests/ and .ci/tests/). `nox -s tests -- --cuda`
+    session's torch and run every test: tests/ and .ci/tests/, then tests/npu as a
+    second pytest process (the CANN test double active in it). `nox -s tests -- --cuda`
     also compiles the CUDA backend (needs nvcc; adds about 10-15 min on 2 cores); other
-    arguments after `--` go to pytest."""
+    arguments after `--` go to pytest (test paths among them: only those, in one
+    process)."""
     cuda = "--cuda" in session.posargs
-    _build_and_test(session, cuda, [arg for arg in session.posargs if arg != "--cuda"])
+    pytest_args = [arg for arg in session.posargs if arg != "--cuda"]
+    _build_and_test(session, cuda, pytest_args)
+    if not any(pathlib.Path(arg.split("::")[0]).exists() for arg in pytest_args):
+        # The whole suite (no test path given): tests/npu in its own process, after it.
+        _npu_tests(session, pytest_args)
 
 
 @nox.session

@@ -162,11 +162,40 @@ NONCONTIG_LAYOUTS = {
 PARALLEL_THREADS = max(2, torch.get_num_threads())
 
 
+# tests/npu activates the CANN test double and the test "npu" torch device for its whole
+# process (use_cann_double() is once per process): it runs as a pytest process of its own
+# (`python -m pytest tests/npu`, which nox -s tests runs after the main suite), never
+# collected with the other tests, which the double would leak into.
+NPU_TESTS = pathlib.Path(__file__).resolve().parent / "npu"
+_NPU_PROCESS = pytest.StashKey[bool]()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "parallel: run with >= 2 OpenMP threads (the kernels' parallel paths)"
     )
     _require_unique_basenames()
+    config.stash[_NPU_PROCESS] = _runs_npu_tests(config)
+
+
+def _runs_npu_tests(config) -> bool:
+    """Whether this process runs tests/npu: every path argument lies inside it. Refuses a
+    mix of tests/npu and other tests (the double would leak into those)."""
+    paths = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    inside = [path == NPU_TESTS or NPU_TESTS in path.parents for path in paths]
+    if any(inside) and not all(inside):
+        raise pytest.UsageError(
+            "tests/npu runs as its own pytest process (`python -m pytest tests/npu`): "
+            "it activates the CANN test double for the whole process"
+        )
+    return any(inside)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/npu only in its own process (see NPU_TESTS)."""
+    if collection_path == NPU_TESTS and not config.stash[_NPU_PROCESS]:
+        return True
+    return None
 
 
 def _require_unique_basenames():
