@@ -20,7 +20,6 @@ must still compute the right answer for new data.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import pathlib
 
@@ -174,7 +173,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "parallel: run with >= 2 OpenMP threads (the kernels' parallel paths)"
     )
-    _require_unique_basenames()
     config.stash[_NPU_PROCESS] = _runs_npu_tests(config)
 
 
@@ -196,18 +194,6 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path == NPU_TESTS and not config.stash[_NPU_PROCESS]:
         return True
     return None
-
-
-def _require_unique_basenames():
-    """The test modules are imported by basename (the folders of tests/ are on sys.path,
-    pyproject.toml's pythonpath, and have no __init__.py), so two test_*.py files of the
-    same name in different folders would shadow each other: refuse that up front."""
-    folders = collections.defaultdict(list)
-    for path in sorted(pathlib.Path(__file__).resolve().parent.rglob("test_*.py")):
-        folders[path.name].append(path.parent.name)
-    clashes = {name: where for name, where in folders.items() if len(where) > 1}
-    if clashes:
-        raise pytest.UsageError(f"test files with the same basename in tests/: {clashes}")
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,8 @@ References are float64 computations of the math.
 from __future__ import annotations
 
 import pytest
-from test_ascend import _skip_reason, run_child
+
+from tests.ascend._npu_child import _skip_reason, run_child
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 

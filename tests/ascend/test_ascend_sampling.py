@@ -19,7 +19,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from test_ascend import _skip_reason, run_child
+
+from tests.ascend._npu_child import _skip_reason, run_child
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 
@@ -292,7 +293,7 @@ def test_a_repeated_call_runs_no_phase_one_copy_or_sync(k_kind, out_dtype):
 
 
 def test_a_missing_operator_is_a_runtime_error_naming_it(tmp_path):
-    from test_ascend import _copy_double
+    from tests.ascend._npu_child import _copy_double
 
     # An operator library without aclnn ops (nnopbase stands in for it).
     broken = _copy_double(

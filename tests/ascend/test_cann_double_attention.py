@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _cann_double_bindings import (
+
+from tests.ascend._cann_double_bindings import (
     BF16,
     F16,
     F32,

@@ -14,7 +14,8 @@ import textwrap
 
 import pytest
 import torch
-from _cann_double_bindings import (
+
+from tests.ascend._cann_double_bindings import (
     D2H,
     F32,
     H2D,

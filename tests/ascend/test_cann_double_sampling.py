@@ -10,10 +10,21 @@ from __future__ import annotations
 import ctypes
 import math
 
-import _cann_double_bindings as base
 import pytest
 import torch
-from _cann_double_bindings import BF16, F16, F32, FLOATS, NULLPTR, PARAM_INVALID, Arg, out_arg, rand
+
+import tests.ascend._cann_double_bindings as base
+from tests.ascend._cann_double_bindings import (
+    BF16,
+    F16,
+    F32,
+    FLOATS,
+    NULLPTR,
+    PARAM_INVALID,
+    Arg,
+    out_arg,
+    rand,
+)
 
 P, I32, I64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
 F, B = ctypes.c_float, ctypes.c_bool

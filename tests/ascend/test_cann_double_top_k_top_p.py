@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _cann_double_bindings import (
+
+from tests.ascend._cann_double_bindings import (
     F16,
     FLOATS,
     NULLPTR,

@@ -16,9 +16,9 @@ import textwrap
 
 import pytest
 import torch
-from test_ascend import _skip_reason, run_child
 
 import polyops
+from tests.ascend._npu_child import _skip_reason, run_child
 
 needs_npu = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 

@@ -18,12 +18,12 @@ import threading
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, make_tensor
-from test_gemm import assert_product_close, column_major, mag_mm
 
 import polyops
 from polyops.testing.references import gemm_reference, linear_reference
 from polyops.testing.references import matmul_reference as ref_mm
+from tests.conftest import BF16, F16, F32, make_tensor
+from tests.generic._gemm_cases import assert_product_close, column_major, mag_mm
 
 PATHS = ("onednn", "own", "openblas")
 

@@ -18,11 +18,11 @@ import subprocess
 import sys
 
 import torch
-from conftest import BF16, F16, F32, make_tensor
-from test_gemm import assert_product_close, column_major, mag_mm
 
 from polyops.testing.references import gemm_reference, linear_reference
 from polyops.testing.references import matmul_reference as ref_mm
+from tests.conftest import BF16, F16, F32, make_tensor
+from tests.generic._gemm_cases import assert_product_close, column_major, mag_mm
 
 SCRIPT = r"""
 import sys, torch, polyops

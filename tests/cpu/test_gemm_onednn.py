@@ -13,8 +13,12 @@ import os
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, make_tensor
-from test_gemm import (  # noqa: F401  (collected again, with oneDNN forced)
+
+import polyops
+from polyops import _onednn
+from polyops.testing.references import matmul_reference as ref_mm
+from tests.conftest import BF16, F16, F32, make_tensor
+from tests.generic.test_gemm import (  # noqa: F401  (collected again, with oneDNN forced)
     assert_product_close,
     mag_mm,
     test_gemm_alpha_beta,
@@ -28,16 +32,12 @@ from test_gemm import (  # noqa: F401  (collected again, with oneDNN forced)
     test_matmul_layouts,
     test_matmul_out_row_padding_untouched,
 )
-from test_gemm_own_kernels import (  # noqa: F401  (collected again, with oneDNN forced)
+from tests.generic.test_gemm_own_kernels import (  # noqa: F401  (collected again, with oneDNN forced)
     test_kernel_batched,
     test_kernel_decode_linear,
     test_kernel_non_finite,
     test_kernel_shapes_and_layouts,
 )
-
-import polyops
-from polyops import _onednn
-from polyops.testing.references import matmul_reference as ref_mm
 
 INFO = polyops._C._onednn_info()
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import (
+
+import polyops
+from polyops.testing.references import silu_and_mul_reference
+from tests.ascend._npu_child import _skip_reason, run_child
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -26,10 +30,6 @@ from conftest import (
     parallel_param,
     transposed,
 )
-from test_ascend import _skip_reason, run_child
-
-import polyops
-from polyops.testing.references import silu_and_mul_reference
 
 VLLM_SLOT = next(
     s for s, n in polyops.implementations("silu_and_mul", "cpu").items() if n == "vllm"

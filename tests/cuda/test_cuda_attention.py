@@ -13,8 +13,12 @@ import math
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, FLOAT_DTYPES, TOLERANCES, dtype_id
-from test_nan_inf import (
+
+import polyops
+from polyops.testing import references as ref
+from polyops.testing.tensors import paginate
+from tests.conftest import BF16, F16, F32, FLOAT_DTYPES, TOLERANCES, dtype_id
+from tests.generic._nan_inf_cases import (
     ATTENTION_ATOL,
     CASES,
     _attention_inputs,
@@ -23,10 +27,6 @@ from test_nan_inf import (
     assert_specials_close,
     attention_reference,
 )
-
-import polyops
-from polyops.testing import references as ref
-from polyops.testing.tensors import paginate
 
 pytestmark = pytest.mark.skipif(
     "cuda" not in polyops.devices(), reason="needs a CUDA build of polyops and a usable GPU"

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import dtype_id
-from emulation.harness import build_emulator, parity_failures, run_slot
 
 from polyops.testing import OPS, compare
 from polyops.testing import references as ref
 from polyops.testing.opinfo import Call
 from polyops.testing.tensors import make_tensor
+from tests.conftest import dtype_id
+from tests.cuda.emulation.harness import build_emulator, parity_failures, run_slot
 
 HEADERS = [
     "cuda/kernels/elementwise/elementwise.cuh",

@@ -16,7 +16,6 @@ import math
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, F64, FLOAT_DTYPES, I32, I64, dtype_id
 
 import polyops
 from polyops.testing.references import (
@@ -26,6 +25,7 @@ from polyops.testing.references import (
     matmul_reference,
     topk_topp_sampling_reference,
 )
+from tests.conftest import BF16, F16, F32, F64, FLOAT_DTYPES, I32, I64, dtype_id
 
 BUILT = "cuda" in polyops._C._built_devices
 needs_gpu = pytest.mark.skipif(

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, I32, I64, assert_close, assert_equal, dtype_id
 
 import polyops
 from polyops.testing import references as ref
+from tests.conftest import BF16, F16, F32, I32, I64, assert_close, assert_equal, dtype_id
 
 pytestmark = pytest.mark.skipif(
     "cuda" not in polyops.devices(),

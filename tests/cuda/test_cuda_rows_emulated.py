@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import dtype_id
-from emulation.harness import build_emulator, run_slot
 
 from polyops.testing import OPS, Inputs, compare
 from polyops.testing import references as ref
 from polyops.testing.opinfo import Call, drop_none
+from tests.conftest import dtype_id
+from tests.cuda.emulation.harness import build_emulator, run_slot
 
 #: Slot headers (and their shared headers) the driver includes.
 HEADERS = [

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from emulation.harness import build_emulator
 
 from polyops.testing.references import sampling_reference_row
+from tests.cuda.emulation.harness import build_emulator
 
 
 @pytest.fixture(scope="module")

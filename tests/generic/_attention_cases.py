@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FLOAT_DTYPES, dtype_id
 
 from polyops.testing.references import ATTENTION, flash_attention_reference
 from polyops.testing.tensors import cu_seqlens as cu
+from tests.conftest import FLOAT_DTYPES, dtype_id
 
 FA = "flash_attention"
 DTYPES = [pytest.param(d, id=dtype_id(d)) for d in FLOAT_DTYPES]

@@ -4,9 +4,9 @@ test_silu_and_mul_swiglu.py) share: shapes, their ids, and the add/mul check."""
 from __future__ import annotations
 
 import torch
-from conftest import assert_equal, assert_within_ulp
 
 from polyops.testing.references import add_reference, mul_reference
+from tests.conftest import assert_equal, assert_within_ulp
 
 SHAPES = [(), (1,), (1, 1), (3, 5, 7), (4096,), (2, 4096), (0,), (3, 0, 5)]
 # > 32768 elements with ragged 512-element blocks: the parallel, blocked path.

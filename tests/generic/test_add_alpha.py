@@ -7,8 +7,10 @@ import math
 
 import pytest
 import torch
-from _elementwise_cases import binary_reference, check_binary
-from conftest import (
+
+import polyops
+from polyops.testing.references import add_reference
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -25,9 +27,7 @@ from conftest import (
     step_sliced,
     transposed,
 )
-
-import polyops
-from polyops.testing.references import add_reference
+from tests.generic._elementwise_cases import binary_reference, check_binary
 
 ADD_SLOTS = slot_params("add")
 # Non-representable (0.1, 1/3: rounded to the dtype first), negative, zero,

@@ -9,8 +9,9 @@ import math
 
 import pytest
 import torch
-from _elementwise_cases import LARGE_SHAPE, SHAPES, binary_reference, check_binary, shape_id
-from conftest import (
+
+import polyops
+from tests.conftest import (
     ARITH_DTYPES,
     BF16,
     F16,
@@ -33,8 +34,13 @@ from conftest import (
     step_gaps,
     step_sliced,
 )
-
-import polyops
+from tests.generic._elementwise_cases import (
+    LARGE_SHAPE,
+    SHAPES,
+    binary_reference,
+    check_binary,
+    shape_id,
+)
 
 BINARY_OPS = ["add", "mul"]
 BINARY_CASES = [

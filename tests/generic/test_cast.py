@@ -8,8 +8,9 @@ from fractions import Fraction
 
 import pytest
 import torch
-from _elementwise_cases import SHAPES, shape_id
-from conftest import (
+
+import polyops
+from tests.conftest import (
     ALL_DTYPES,
     BF16,
     F16,
@@ -27,8 +28,7 @@ from conftest import (
     make_tensor,
     slot_params,
 )
-
-import polyops
+from tests.generic._elementwise_cases import SHAPES, shape_id
 
 CAST_SLOTS = slot_params("cast")
 SIGNED = [I8, I16, I32, I64, F16, BF16, F32, F64]

@@ -14,13 +14,13 @@ import re
 
 import pytest
 import torch
-from conftest import F32, assert_close, assert_equal, make_tensor
 
 import polyops
 from polyops import _C, _support
 from polyops.testing import OPS
 from polyops.testing import references as ref
 from polyops.testing.runner import run_case
+from tests.conftest import F32, assert_close, assert_equal, make_tensor
 
 
 @pytest.fixture

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _attention_cases import DTYPES, FA, assert_attention_close, make_inputs, reference
-from conftest import BF16, F32, parallel_param, slot_params
 
 import polyops
 from polyops.testing.tensors import cu_seqlens as cu
 from polyops.testing.tensors import paginate
+from tests.conftest import BF16, F32, parallel_param, slot_params
+from tests.generic._attention_cases import (
+    DTYPES,
+    FA,
+    assert_attention_close,
+    make_inputs,
+    reference,
+)
 
 # (heads, kv_heads, head_size, causal): GQA ratios 1, 3, 4 and 8.
 CONFIGS = [

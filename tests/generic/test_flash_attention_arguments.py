@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
-from _attention_cases import FA, WRAP, assert_attention_close, make_inputs, reference
-from conftest import BF16, F16, F32, I32, I64, slot_params
 
 import polyops
 from polyops.testing.tensors import paginate
+from tests.conftest import BF16, F16, F32, I32, I64, slot_params
+from tests.generic._attention_cases import FA, WRAP, assert_attention_close, make_inputs, reference
 
 
 def test_flash_attention_bad_arguments(gen):

@@ -11,10 +11,10 @@ import re
 
 import pytest
 import torch
-from conftest import F16, F32, assert_equal, make_tensor
-from test_framework import EXPECTED_OPS, assert_sample_result, sample_call
 
 import polyops
+from tests.conftest import F16, F32, assert_equal, make_tensor
+from tests.generic._framework_cases import EXPECTED_OPS, assert_sample_result, sample_call
 
 # ---------------------------------------------------------------------------
 # Documented signatures

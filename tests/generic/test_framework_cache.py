@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import F16, F32, assert_close, assert_equal, make_tensor
-from test_framework import EXPECTED_OPS, assert_sample_result, cache_deltas, sample_call
 
 import polyops
+from tests.conftest import F16, F32, assert_close, assert_equal, make_tensor
+from tests.generic._framework_cases import (
+    EXPECTED_OPS,
+    assert_sample_result,
+    cache_deltas,
+    sample_call,
+)
 
 EVERY_COUNTER = ("hits", "misses", "evictions")
 

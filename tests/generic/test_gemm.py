@@ -11,11 +11,13 @@ POLYOPS_CPU_GEMM override: test_gemm_own_kernels.py.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-from conftest import (
+
+import polyops
+from polyops.testing.references import gemm_reference, linear_reference
+from polyops.testing.references import matmul_reference as ref_mm
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -26,41 +28,7 @@ from conftest import (
     slot_params,
     transposed,
 )
-
-import polyops
-from polyops.testing.references import UNIT_ROUNDOFF as ROUNDING
-from polyops.testing.references import gemm_reference, linear_reference
-from polyops.testing.references import matmul_reference as ref_mm
-
-
-def assert_product_close(actual, expected, dtype, k, magnitude):
-    """`actual` vs a float64 result: float32 accumulation over k terms, then one rounding.
-
-    `magnitude` is the float64 sum of the terms' absolute values per element
-    (e.g. ``|a| @ |b|``): float32 accumulation errs by about
-    ``sqrt(k) * 2**-24 * magnitude``; the final rounding by half an ulp of the dtype.
-    """
-    assert actual.dtype == dtype
-    assert actual.shape == expected.shape, (tuple(actual.shape), tuple(expected.shape))
-    allowed = (
-        4 * math.sqrt(max(k, 1)) * 2**-24 * magnitude + ROUNDING[dtype] * expected.abs() + 1e-7
-    )
-    error = (actual.double() - expected).abs()
-    bad = ~(error <= allowed)
-    assert not bad.any(), (
-        f"{int(bad.sum())} of {bad.numel()} elements off; worst excess "
-        f"{float((error - allowed).max())}"
-    )
-
-
-def column_major(tensor):
-    """Same values, each matrix stored column-major (the batch dim stays outermost)."""
-    return tensor.mT.contiguous().mT
-
-
-def mag_mm(a, b):
-    return a.double().abs() @ b.double().abs()
-
+from tests.generic._gemm_cases import assert_product_close, column_major, mag_mm
 
 # ---------------------------------------------------------------------------
 # matmul

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, FLOAT_DTYPES, dtype_id, make_tensor, parallel_param
-from test_gemm import assert_product_close, column_major, mag_mm
 
 import polyops
 from polyops.testing.references import gemm_reference, linear_reference
 from polyops.testing.references import matmul_reference as ref_mm
+from tests.conftest import BF16, F16, F32, FLOAT_DTYPES, dtype_id, make_tensor, parallel_param
+from tests.generic._gemm_cases import assert_product_close, column_major, mag_mm
 
 
 # (m, n, k): decode rows (m <= 32: b read in place), a k tail

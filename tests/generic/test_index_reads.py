@@ -16,7 +16,8 @@ import sys
 
 import pytest
 import torch
-from conftest import BF16, F32, I32, I64, assert_equal, dtype_id, parallel_param
+
+from tests.conftest import BF16, F32, I32, I64, assert_equal, dtype_id, parallel_param
 
 GUARD = 777.0
 

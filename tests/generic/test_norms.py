@@ -6,7 +6,10 @@ import math
 
 import pytest
 import torch
-from conftest import (
+
+import polyops
+from polyops.testing.references import add_rms_norm_reference, rms_norm_reference
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -23,9 +26,6 @@ from conftest import (
     slot_params,
     step_sliced,
 )
-
-import polyops
-from polyops.testing.references import add_rms_norm_reference, rms_norm_reference
 
 # (2, 16500): rows longer than the kernels stage whole (16384 floats) take a blocked path.
 NORM_SHAPES = [

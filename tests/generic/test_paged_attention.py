@@ -8,13 +8,13 @@ import math
 
 import pytest
 import torch
-from _attention_cases import DTYPES, WRAP, assert_attention_close
-from conftest import BF16, F16, F32, I32, I64, parallel_param, slot_params
 
 import polyops
 from polyops.testing.references import paged_attention_reference
 from polyops.testing.tensors import cu_seqlens as cu
 from polyops.testing.tensors import paginate
+from tests.conftest import BF16, F16, F32, I32, I64, parallel_param, slot_params
+from tests.generic._attention_cases import DTYPES, WRAP, assert_attention_close
 
 PA = "paged_attention"
 

@@ -19,10 +19,10 @@ import textwrap
 
 import pytest
 import torch
-from conftest import portable_tensor_flags
-from test_torch_library import CASES, Case
 
 import polyops
+from tests.conftest import portable_tensor_flags
+from tests.generic._torch_library_cases import CASES, Case
 
 OPS = polyops.operators()
 FORMS = ["fast", "torch"]
@@ -69,7 +69,7 @@ _STORAGELESS_CHILD = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import torch, polyops
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from test_torch_library import CASES
+    from tests.generic._torch_library_cases import CASES
 
     def storageless(t):
         t = t.clone()

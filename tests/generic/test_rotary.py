@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+
+import polyops
+from polyops.testing.opinfo import rope_cache as make_cache
+from polyops.testing.references import rotate_reference
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -19,10 +23,6 @@ from conftest import (
     slot_params,
     step_sliced,
 )
-
-import polyops
-from polyops.testing.opinfo import rope_cache as make_cache
-from polyops.testing.references import rotate_reference
 
 
 def qk(tokens, hq, hkv, head_size, dtype, gen, three_d):

@@ -14,7 +14,17 @@ import math
 
 import pytest
 import torch
-from conftest import (
+
+import polyops
+from polyops.testing.opinfo import SAMPLING_FILTERS
+from polyops.testing.references import (
+    ONE_MINUS,
+    sampling_token_plausible,
+    spec_exp,
+    splitmix_uniform,
+)
+from polyops.testing.references import topk_topp_sampling_reference as reference
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -27,16 +37,6 @@ from conftest import (
     row_strided,
     slot_params,
 )
-
-import polyops
-from polyops.testing.opinfo import SAMPLING_FILTERS
-from polyops.testing.references import (
-    ONE_MINUS,
-    sampling_token_plausible,
-    spec_exp,
-    splitmix_uniform,
-)
-from polyops.testing.references import topk_topp_sampling_reference as reference
 
 OP = "topk_topp_sampling"
 SLOTS = slot_params(OP)

@@ -7,8 +7,10 @@ import itertools
 
 import pytest
 import torch
-from _elementwise_cases import LARGE_SHAPE, SHAPES, shape_id
-from conftest import (
+
+import polyops
+from polyops.testing.references import silu_and_mul_reference, swiglu_reference
+from tests.conftest import (
     BF16,
     F16,
     F32,
@@ -23,9 +25,7 @@ from conftest import (
     parallel_param,
     slot_params,
 )
-
-import polyops
-from polyops.testing.references import silu_and_mul_reference, swiglu_reference
+from tests.generic._elementwise_cases import LARGE_SHAPE, SHAPES, shape_id
 
 SILU_SHAPES = [(1, 2), (2,), (3, 5, 14), (2, 8192), (0, 8), (4, 0)]
 LARGE_DTYPES = [BF16, F32]  # the large shapes run for these only, to save time

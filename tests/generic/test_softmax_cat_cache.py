@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+
+import polyops
+from polyops.testing.references import (
+    cat_reference,
+    causal_softmax_reference,
+    reshape_and_cache_reference,
+)
+from tests.conftest import (
     ALL_DTYPES,
     BF16,
     F16,
@@ -22,13 +29,6 @@ from conftest import (
     slot_params,
     step_sliced,
     transposed,
-)
-
-import polyops
-from polyops.testing.references import (
-    cat_reference,
-    causal_softmax_reference,
-    reshape_and_cache_reference,
 )
 
 # ---------------------------------------------------------------------------

@@ -7,10 +7,10 @@ import time
 
 import pytest
 import torch
-from conftest import BF16, F16, F32, TOLERANCES
 
 import polyops
 from polyops.testing.references import rms_norm_reference, silu_and_mul_reference
+from tests.conftest import BF16, F16, F32, TOLERANCES
 
 NUM_THREADS = 8
 CALLS_PER_THREAD = 200

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from test_torch_library import CASES, OVERLOADS, _overload_case, _randn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map_only
 
 import polyops
 from polyops import _torch_library
+from tests.generic._torch_library_cases import CASES, OVERLOADS, _overload_case, _randn
 
 ops = torch.ops.polyops
 BACKENDS = ["aot_eager", "inductor"]

@@ -18,12 +18,12 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BF16, F16, F32, assert_close, assert_equal, dtype_id
-from test_ascend import _skip_reason, run_child
 
 import polyops.integrations.vllm as polyops_vllm
 from polyops.testing import references as ref
 from polyops.testing.tensors import combined_kv
+from tests.ascend._npu_child import _skip_reason, run_child
+from tests.conftest import BF16, F16, F32, assert_close, assert_equal, dtype_id
 
 REPORT = polyops_vllm.register(["cpu"])
 

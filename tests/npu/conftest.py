@@ -15,10 +15,10 @@ interpreter did when each check ran in its own subprocess.
 from __future__ import annotations
 
 import pytest
-from test_ascend import _skip_reason
 
 import polyops
 from polyops.testing import clear_cann_calls, use_cann_double
+from tests.ascend._npu_child import _skip_reason
 
 SKIP_REASON = _skip_reason()
 if SKIP_REASON is None:
