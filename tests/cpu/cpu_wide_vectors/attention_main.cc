@@ -1,9 +1,9 @@
 // The CPU attention tile kernel's AVX-512 instantiation (AttendTiles<4, 4,
-// Float16v>, src/cpu/kernels/attention/attention.h) run on any x86-64: its vectors are GCC
-// vector extensions, so the same template compiled without the AVX-512
-// target runs with each Float16v lowered to xmm / ymm registers, executing
-// the instantiation's own blocking, masking and tail logic. Each case must
-// give the bits of the baseline and AVX2 variants (and of the real AVX-512
+// Float16v>, src/cpu/kernels/attention/attention.h) run on any x86-64: its
+// vectors are GCC vector extensions, so the same template compiled without the
+// AVX-512 target runs with each Float16v lowered to xmm / ymm registers,
+// executing the instantiation's own blocking, masking and tail logic. Each case
+// must give the bits of the baseline and AVX2 variants (and of the real AVX-512
 // variant where the CPU has it) and stay within a float64 reference's
 // tolerance. tests/cpu/test_cpu_wide_vectors.py builds and runs it; it prints
 // one line per dtype and a summary, and exits 1 on any difference.
