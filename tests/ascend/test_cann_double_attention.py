@@ -14,17 +14,10 @@ from tests.ascend._cann_double_bindings import (
     PARAM_INVALID,
     TILING,
     Arg,
-    Cann,
     assert_close,
-    open_cann,
     out_arg,
     rand,
 )
-
-
-@pytest.fixture(scope="module")
-def cann() -> Cann:
-    return open_cann()
 
 
 def attention_reference(q, k, v, q_lens, kv_lens, scale, mode=0, pre=0, nxt=0):

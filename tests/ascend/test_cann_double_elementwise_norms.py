@@ -17,18 +17,10 @@ from tests.ascend._cann_double_bindings import (
     PARAM_INVALID,
     VIEWS,
     Arg,
-    Cann,
     assert_close,
-    open_cann,
     out_arg,
     rand,
 )
-
-
-@pytest.fixture(scope="module")
-def cann() -> Cann:
-    return open_cann()
-
 
 # --- elementwise ---------------------------------------------------------------
 

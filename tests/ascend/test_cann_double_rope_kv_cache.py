@@ -14,17 +14,10 @@ from tests.ascend._cann_double_bindings import (
     FLOATS,
     PARAM_INVALID,
     Arg,
-    Cann,
     assert_close,
-    open_cann,
     out_arg,
     rand,
 )
-
-
-@pytest.fixture(scope="module")
-def cann() -> Cann:
-    return open_cann()
 
 
 def rope_reference(positions, x, cache, head_size, neox):

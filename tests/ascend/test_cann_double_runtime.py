@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 import torch
 
 from tests.ascend._cann_double_bindings import (
@@ -25,15 +24,8 @@ from tests.ascend._cann_double_bindings import (
     NULLPTR,
     PARAM_INVALID,
     Arg,
-    Cann,
-    open_cann,
     out_arg,
 )
-
-
-@pytest.fixture(scope="module")
-def cann() -> Cann:
-    return open_cann()
 
 
 def test_malloc_registry_and_memcpy_checks(cann):

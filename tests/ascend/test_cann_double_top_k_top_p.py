@@ -12,17 +12,10 @@ from tests.ascend._cann_double_bindings import (
     NULLPTR,
     PARAM_INVALID,
     Arg,
-    Cann,
     assert_close,
-    open_cann,
     out_arg,
     rand,
 )
-
-
-@pytest.fixture(scope="module")
-def cann() -> Cann:
-    return open_cann()
 
 
 def top_k_top_p_reference(logits, p, k):
