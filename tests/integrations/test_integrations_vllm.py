@@ -4,8 +4,9 @@ The ops are called the way vLLM calls them (``torch.ops._C.<op>(...)`` with its
 argument order, out-variant) and compared with float64 references written from
 the math (polyops.testing.references), or with vLLM's own torch reference where
 vLLM defines the rounding (silu_and_mul). Registrations are process-global: the
-checks that need a clean process (an op vLLM already registered, the npu device
-on the CANN double) run in a fresh interpreter.
+check that needs a clean process (an op vLLM already registered before polyops
+registers) runs in a fresh interpreter; the npu device on the CANN double is checked
+in the npu process (tests/npu/test_npu_vllm_integration.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import torch.nn.functional as F
 import polyops.integrations.vllm as polyops_vllm
 from polyops.testing import references as ref
 from polyops.testing.tensors import combined_kv
-from tests.ascend._npu_child import _skip_reason, run_child
 from tests.conftest import BF16, F16, F32, assert_close, assert_equal, dtype_id
 
 REPORT = polyops_vllm.register(["cpu"])
@@ -240,53 +240,6 @@ def test_an_existing_vllm_registration_is_kept():
         """
     )
     assert out.strip().endswith("OK"), out
-
-
-@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
-def test_npu_through_the_cann_double():
-    """On the npu device (PrivateUse1) the ops run polyops' Ascend slots: the results
-    match the CPU's within the float32-compute tolerance, and _C::silu_and_mul gives
-    vLLM's bits through the npu "vllm" slot."""
-    result = run_child(
-        """
-        import polyops.integrations.vllm as pv
-        from polyops.testing import references as ref
-        done = pv.register()
-        g = torch.Generator().manual_seed(3)
-        x = torch.randn(5, 128, generator=g)
-        r = torch.randn(5, 128, generator=g)
-        w = torch.randn(128, generator=g)
-        errors = {}
-        out = torch.empty(5, 128, device="npu")
-        torch.ops._C.rms_norm(out, x.to("npu"), w.to("npu"), 1e-6)
-        errors["rms_norm"] = (out.cpu().double() - ref.rms_norm_reference(x, w)).abs().max().item()
-        xn, rn = x.to("npu"), r.to("npu")
-        torch.ops._C.fused_add_rms_norm(xn, rn, w.to("npu"), 1e-6)
-        y, s = ref.add_rms_norm_reference(x, r, w)
-        errors["fused_add_rms_norm"] = max(
-            (xn.cpu().double() - y).abs().max().item(), (rn.cpu().double() - s).abs().max().item()
-        )
-        out = torch.empty(5, 64, device="npu")
-        torch.ops._C.silu_and_mul(out, x.to("npu"))
-        errors["silu_and_mul"] = (
-            (out.cpu().double() - ref.silu_and_mul_reference(x)).abs().max().item()
-        )
-        # The npu "vllm" slot: vLLM's bits in bfloat16.
-        xb = (x * 4).bfloat16()
-        outb = torch.empty(5, 64, device="npu", dtype=torch.bfloat16)
-        torch.ops._C.silu_and_mul(outb, xb.to("npu"))
-        vllm_bits = torch.equal(
-            outb.cpu(), torch.nn.functional.silu(xb[:, :64]) * xb[:, 64:])
-        report({"keys": done.registered["_C::rms_norm"], "errors": errors,
-                "vllm_bits": vllm_bits,
-                "note": done.notes.get("_C::silu_and_mul", "")})
-        """
-    )
-    assert "PrivateUse1" in result["keys"]
-    for op, error in result["errors"].items():
-        assert error < 1e-4, (op, error)
-    assert result["vllm_bits"]
-    assert "npu" not in result["note"]
 
 
 # --- autograd, fakes and written views under torch.compile ---------------------------------
