@@ -136,6 +136,20 @@ def test_fia_v3_tnd(cann, causal_mask, dtype, mode, pre, nxt):
     assert_close(lse.result(), el, F32 if dtype == F16 else BF16)
 
 
+def _paged_cache(k, v, lens, table, blocks, block_size):
+    """k, v [tokens, kv_heads, d] of the requests of `lens`, written into zeroed caches
+    [blocks, block_size, kv_heads, d] at the blocks their rows of `table` name."""
+    kc = torch.zeros(blocks, block_size, *k.shape[1:], dtype=k.dtype)
+    vc = torch.zeros_like(kc)
+    start = 0
+    for r, n in enumerate(lens):
+        for j in range(n):
+            kc[table[r, j // block_size], j % block_size] = k[start + j]
+            vc[table[r, j // block_size], j % block_size] = v[start + j]
+        start += n
+    return kc, vc
+
+
 @pytest.mark.parametrize("dtype", [F16, BF16])
 @pytest.mark.parametrize("cache_layout", ["BSH", "BNSD"])
 def test_fia_v3_paged(cann, causal_mask, dtype, cache_layout):
@@ -146,14 +160,7 @@ def test_fia_v3_paged(cann, causal_mask, dtype, cache_layout):
     q = rand((sum(q_lens), heads, d), dtype, seed=55)
     # Request 0 in blocks 5, 2; request 1 in block 6.
     table = torch.tensor([[5, 2], [6, 0]], dtype=torch.int32)
-    kc = torch.zeros(blocks, block_size, kv_heads, d, dtype=dtype)
-    vc = torch.zeros_like(kc)
-    start = 0
-    for r, n in enumerate(kv_lens):
-        for j in range(n):
-            kc[table[r, j // block_size], j % block_size] = k[start + j]
-            vc[table[r, j // block_size], j % block_size] = v[start + j]
-        start += n
+    kc, vc = _paged_cache(k, v, kv_lens, table, blocks, block_size)
     if cache_layout == "BSH":
         kc, vc = (
             kc.view(blocks, block_size, kv_heads * d),
@@ -255,14 +262,7 @@ def test_ifa_v4_paged_decode(cann, dtype):
     v = rand((sum(lens), kv_heads, d), dtype, seed=61)
     q = rand((batch, 1, heads * d), dtype, seed=62)
     table = torch.tensor([[4, 1], [0, 0], [2, 5]], dtype=torch.int32)
-    kc = torch.zeros(blocks, block_size, kv_heads, d, dtype=dtype)
-    vc = torch.zeros_like(kc)
-    start = 0
-    for r, n in enumerate(lens):
-        for j in range(n):
-            kc[table[r, j // block_size], j % block_size] = k[start + j]
-            vc[table[r, j // block_size], j % block_size] = v[start + j]
-        start += n
+    kc, vc = _paged_cache(k, v, lens, table, blocks, block_size)
     flat = (blocks, block_size, kv_heads * d)
     out = out_arg(cann, q.shape, dtype)
     result = ifa(

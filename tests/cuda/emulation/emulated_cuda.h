@@ -363,15 +363,9 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __double2float_rn(double a) { return static_cast<float>(a); }
-inline unsigned __float_as_uint(float x) {
-  unsigned bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return bits;
-}
+inline unsigned __float_as_uint(float x) { return polyops::FloatToBits(x); }
 inline float __uint_as_float(unsigned bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
+  return polyops::BitsToFloat(bits);
 }
 inline int __clzll(long long x) {
   return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x));
